@@ -1,0 +1,85 @@
+"""What each worker node will advertise to the Kubernetes scheduler. Pure.
+
+The rules follow the NVIDIA device plugins: whole GPUs are ``nvidia.com/gpu``; time-slicing multiplies the
+count by ``replicas`` (``<name>.shared`` with renameByDefault); MIG instances are ``nvidia.com/mig-<profile>``
+under the mixed strategy and ``nvidia.com/gpu`` under single; the sandbox device plugin advertises
+passthrough GPUs by their pci.ids name and vGPUs as ``nvidia.com/NVIDIA_<type>``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from components.catalog import CATALOG, MigProfile
+from components.inventory import worker_gpus
+from components.spec import ClusterSpec, Worker
+
+GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class WorkerCapacity:
+    """One row of the capacity table."""
+
+    worker: str
+    """VM and Kubernetes node name."""
+    node: str
+    """Proxmox node."""
+    gpus: dict[str, int]
+    """GPU model -> count passed through."""
+    workload: str
+    """container, vm-passthrough or vm-vgpu."""
+    sharing: str
+    """none, time-slicing or mig."""
+    resources: dict[str, int]
+    """Extended resource -> quantity the node advertises."""
+
+
+def worker_capacity(spec: ClusterSpec, worker: Worker) -> WorkerCapacity:
+    """The capacity row of one worker of a valid spec."""
+    gpus = worker_gpus(spec, worker)
+    resources: Counter[str] = Counter()
+    if worker.workload == "vm-passthrough":
+        for g in gpus:
+            resources[g.model.sandbox_resource_name] += 1
+    elif worker.workload == "vm-vgpu" and worker.vgpu_type is not None:
+        size_gb = int(worker.vgpu_type.rsplit("-", 1)[1][:-1])
+        for g in gpus:
+            resources[f"nvidia.com/NVIDIA_{worker.vgpu_type}"] += g.model.memory_mib // 1024 // size_gb
+    else:
+        strategy = spec.gpu_operator.mig_strategy
+        for g in gpus:
+            geometry = g.mig_geometry
+            if not geometry:  # no MIG, or all-disabled: a whole GPU
+                resources[GPU] += 1
+                continue
+            for profile, count in geometry.items():
+                suffix = MigProfile.suffix_of(profile)
+                resources[GPU if strategy == "single" else f"nvidia.com/mig-{suffix}"] += count
+        ts = worker.time_slicing
+        if ts is not None and worker.sharing in ("time-slicing", "mig"):
+            suffix = ".shared" if ts.rename_by_default else ""
+            resources = Counter({f"{name}{suffix}": n * ts.replicas for name, n in resources.items()})
+    models = Counter(g.model.key for g in gpus)
+    return WorkerCapacity(
+        worker=worker.name,
+        node=worker.node,
+        gpus={k: models[k] for k in CATALOG if k in models},
+        workload=worker.workload,
+        sharing=worker.sharing,
+        resources=dict(sorted(resources.items())),
+    )
+
+
+def capacity_table(spec: ClusterSpec) -> list[WorkerCapacity]:
+    """A row per worker, in spec order."""
+    return [worker_capacity(spec, w) for w in spec.workers]
+
+
+def cluster_capacity(spec: ClusterSpec) -> dict[str, int]:
+    """Total of every resource across all workers."""
+    total: Counter[str] = Counter()
+    for row in capacity_table(spec):
+        total.update(row.resources)
+    return dict(sorted(total.items()))

@@ -1,0 +1,102 @@
+"""Spec problems: collected all at once, each as ``cluster.<path>: message``. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One thing wrong with a spec."""
+
+    path: str
+    """Dotted path below the spec root, e.g. ``workers[1].gpus[0].mig``; empty for the root itself."""
+    message: str
+    """What is wrong and, where possible, what would be right."""
+
+    def render(self, root: str = "cluster") -> str:
+        """``root.path: message``."""
+        where = f"{root}.{self.path}" if self.path else root
+        return f"{where}: {self.message}"
+
+
+class SpecViolations(ValueError):
+    """Raised inside pydantic validators to carry several cross-field problems out intact."""
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(p.render() for p in self.problems))
+
+
+class SpecError(Exception):
+    """The spec is invalid. ``problems`` lists every problem found; str() has one line per problem."""
+
+    def __init__(self, problems: Iterable[Problem], root: str = "cluster") -> None:
+        self.problems = tuple(sorted(set(problems), key=_sort_key))
+        self.root = root
+        super().__init__("\n".join(p.render(root) for p in self.problems))
+
+    @property
+    def lines(self) -> list[str]:
+        """One rendered line per problem."""
+        return [p.render(self.root) for p in self.problems]
+
+
+def _sort_key(p: Problem) -> tuple[list[tuple[int, str | int]], str]:
+    # Natural order, so workers[2] sorts before workers[10].
+    parts: list[tuple[int, str | int]] = []
+    for token in p.path.replace("[", ".[").split("."):
+        if token.startswith("[") and token.endswith("]") and token[1:-1].isdigit():
+            parts.append((0, int(token[1:-1])))
+        elif token:
+            parts.append((1, token))
+    return parts, p.message
+
+
+def format_loc(loc: Iterable[str | int]) -> str:
+    """Render a pydantic location tuple as a config path: ``('workers', 1, 'gpus')`` -> ``workers[1].gpus``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _join(prefix: str, path: str) -> str:
+    if not prefix:
+        return path
+    if not path:
+        return prefix
+    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
+
+
+# Pydantic adds the type it tried to the location of union members and tagged values; users never see those
+# names in their YAML, so they are dropped from paths.
+_INTERNAL_LOC = {"str", "dict[str,int]", "int", "function-after[_known_model(), str]"}
+
+
+def problems_from_validation_error(err: ValidationError) -> list[Problem]:
+    """Turn a pydantic ValidationError into problems, unpacking carried cross-field problems."""
+    problems: list[Problem] = []
+    errors = err.errors(include_url=False)
+    for e in errors:
+        loc = [p for p in e["loc"] if not (isinstance(p, str) and p in _INTERNAL_LOC)]
+        if e["type"] == "too_short" and any(o["loc"][: len(e["loc"])] == e["loc"] and o is not e for o in errors):
+            continue  # items that failed themselves make the list look short; their own errors say more
+        prefix = format_loc(loc)
+        carried = (e.get("ctx") or {}).get("error")
+        if isinstance(carried, SpecViolations):
+            problems.extend(Problem(_join(prefix, p.path), p.message) for p in carried.problems)
+            continue
+        message = str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            message = "unknown key (keys are camelCase; check the spelling)"
+        elif e["type"] == "missing":
+            message = "required key is missing"
+        problems.append(Problem(prefix, message))
+    return problems

@@ -1,0 +1,56 @@
+"""Resolve a worker's GPU claims against the Proxmox nodes' inventory and the catalog. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from components.catalog import CATALOG, GpuModel
+from components.spec import ClusterSpec, GpuAssignment, HostGpu, MigConfig, Worker
+
+
+@dataclass(frozen=True)
+class WorkerGpu:
+    """One GPU of a worker with everything known about it."""
+
+    index: int
+    """Position in the worker's ``gpus`` list."""
+    host: HostGpu
+    """The physical GPU in the Proxmox node."""
+    model: GpuModel
+    """Its catalog entry."""
+    mig_config: MigConfig | None
+    """The MIG config that applies (the GPU's own, else the worker's); None unless sharing is mig."""
+
+    @property
+    def mig_geometry(self) -> dict[str, int] | None:
+        """Profile -> count for this GPU, or None when MIG is off or the config is unknown for the model."""
+        if self.mig_config is None:
+            return None
+        if isinstance(self.mig_config, dict):
+            return dict(self.mig_config)
+        return self.model.named_mig_configs().get(self.mig_config)
+
+
+def effective_mig(worker: Worker, claim: GpuAssignment) -> MigConfig | None:
+    """The MIG config that applies to ``claim``: its own, or the worker-wide one."""
+    return claim.mig if claim.mig is not None else worker.mig
+
+
+def find_host_gpu(spec: ClusterSpec, node: str, ref: str) -> HostGpu | None:
+    """The GPU called ``ref`` on Proxmox node ``node``, or None."""
+    for n in spec.proxmox.nodes:
+        if n.name == node:
+            return next((g for g in n.gpus if g.name == ref), None)
+    return None
+
+
+def worker_gpus(spec: ClusterSpec, worker: Worker) -> list[WorkerGpu]:
+    """Resolve every GPU claim of ``worker``; claims that do not resolve are left out (validation reports them)."""
+    out: list[WorkerGpu] = []
+    for i, claim in enumerate(worker.gpus):
+        host = find_host_gpu(spec, worker.node, claim.ref)
+        if host is None:
+            continue
+        mig = effective_mig(worker, claim) if worker.sharing == "mig" else None
+        out.append(WorkerGpu(index=i, host=host, model=CATALOG[host.model], mig_config=mig))
+    return out

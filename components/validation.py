@@ -1,0 +1,250 @@
+"""Rules that relate several parts of the spec. Each returns problems; ``cross_check`` runs them all. Pure.
+
+Field-level rules (types, patterns, ranges, unknown keys) are checked by pydantic first and reported together;
+these run once every field is well-formed, and all of their problems are reported together too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+from components.catalog import CATALOG, GpuModel
+from components.errors import Problem
+from components.inventory import effective_mig, find_host_gpu
+from components.mig import geometry_problems
+from components.spec import ClusterSpec, MigConfig, Worker
+
+MAX_HOSTPCI = 16
+"""Proxmox VE offers hostpci0..hostpci15 per VM (qm.conf(5))."""
+
+T = TypeVar("T")
+
+
+def cross_check(spec: ClusterSpec) -> list[Problem]:
+    """Every cross-field problem of a structurally valid spec."""
+    problems = [*_duplicates(spec), *_gpu_claims(spec)]
+    for i, worker in enumerate(spec.workers):
+        problems.extend(_worker(spec, i, worker))
+    problems.extend(_mig_strategy(spec))
+    if not problems:
+        # Quotas are judged against the capacity table, which is only meaningful for an otherwise valid spec.
+        problems.extend(_quotas(spec))
+    return problems
+
+
+def _dupes(items: Iterable[T], path: str, what: str) -> list[Problem]:
+    seen: dict[T, int] = {}
+    out: list[Problem] = []
+    for i, item in enumerate(items):
+        if item in seen:
+            first = path.format(i=seen[item]).rsplit(".", 1)[0]
+            out.append(Problem(path.format(i=i), f"{what} {item!r} is already used by {first}"))
+        else:
+            seen[item] = i
+    return out
+
+
+def _duplicates(spec: ClusterSpec) -> list[Problem]:
+    nodes = spec.proxmox.nodes
+    out = _dupes((n.name for n in nodes), "proxmox.nodes[{i}].name", "node name")
+    for n_i, node in enumerate(nodes):
+        base = f"proxmox.nodes[{n_i}].gpus[{{i}}]"
+        out += _dupes((g.name for g in node.gpus), base + ".name", "GPU name")
+        out += _dupes((g.pci_path.lower() for g in node.gpus), base + ".pciPath", "PCI path")
+        if sum(g.console for g in node.gpus) > 1:
+            out.append(Problem(f"proxmox.nodes[{n_i}].gpus", "at most one GPU can be the console GPU"))
+    out += _dupes((w.name for w in spec.workers), "workers[{i}].name", "VM name")
+    out += _dupes((w.vmid for w in spec.workers), "workers[{i}].vmid", "vmid")
+    out += _dupes((q.namespace for q in spec.quotas), "quotas[{i}].namespace", "namespace")
+    return out
+
+
+def _gpu_claims(spec: ClusterSpec) -> list[Problem]:
+    """Claims must name an existing, non-console GPU on the worker's node, each GPU claimed once."""
+    out: list[Problem] = []
+    known_nodes = [n.name for n in spec.proxmox.nodes]
+    owner: dict[tuple[str, str], str] = {}
+    for i, w in enumerate(spec.workers):
+        if w.node not in known_nodes:
+            out.append(
+                Problem(
+                    f"workers[{i}].node",
+                    f"Proxmox node {w.node!r} is not defined (known: {', '.join(known_nodes)})",
+                )
+            )
+            continue
+        if len(w.gpus) > MAX_HOSTPCI:
+            out.append(
+                Problem(
+                    f"workers[{i}].gpus",
+                    f"{len(w.gpus)} GPUs, but a Proxmox VM has at most {MAX_HOSTPCI} hostpci devices",
+                )
+            )
+        for j, claim in enumerate(w.gpus):
+            path = f"workers[{i}].gpus[{j}].ref"
+            host = find_host_gpu(spec, w.node, claim.ref)
+            if host is None:
+                names = ", ".join(g.name for g in spec.node(w.node).gpus) or "none"
+                out.append(Problem(path, f"no GPU {claim.ref!r} on Proxmox node {w.node!r} (known: {names})"))
+                continue
+            if host.console:
+                out.append(
+                    Problem(
+                        path,
+                        f"GPU {w.node}/{claim.ref} is the host console GPU and cannot be passed "
+                        "through; drop console: true only if the host has another display",
+                    )
+                )
+            key = (w.node, claim.ref)
+            if key in owner:
+                out.append(Problem(path, f"GPU {w.node}/{claim.ref} is assigned twice (also {owner[key]})"))
+            else:
+                owner[key] = f"workers[{i}].gpus[{j}]"
+    return out
+
+
+def _worker(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
+    at = f"workers[{i}]"
+    out: list[Problem] = []
+    if w.workload != "container":
+        return [*_vm_workload(spec, i, w), *_vgpu(spec, i, w)]
+    if w.vgpu_type is not None:
+        out.append(Problem(f"{at}.vgpuType", "only applies to vm-vgpu workers"))
+    if w.sharing == "time-slicing" and w.time_slicing is None:
+        out.append(Problem(f"{at}.timeSlicing", "required when sharing is time-slicing"))
+    if w.time_slicing is not None and w.sharing == "none":
+        out.append(Problem(f"{at}.timeSlicing", "only applies when sharing is time-slicing or mig"))
+    if w.sharing != "mig" and w.mig is not None:
+        out.append(Problem(f"{at}.mig", f"only applies when sharing is mig (sharing is {w.sharing})"))
+    if w.sharing == "mig" and spec.gpu_operator.mig_strategy == "none":
+        out.append(Problem(f"{at}.sharing", "MIG sharing needs gpuOperator.migStrategy single or mixed (is none)"))
+    if w.node in {n.name for n in spec.proxmox.nodes}:
+        out.extend(_gpu_mig(spec, i, w))
+    return out
+
+
+def _vm_workload(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
+    """KubeVirt workers hand whole GPUs (or vGPUs) to VMs: no container-side sharing applies."""
+    at = f"workers[{i}]"
+    out: list[Problem] = []
+    if not spec.kubevirt.enabled:
+        out.append(Problem(f"{at}.workload", f"{w.workload} needs kubevirt.enabled: true"))
+    uses_mig = w.sharing == "mig" or w.mig is not None or any(c.mig is not None for c in w.gpus)
+    if w.workload == "vm-vgpu" and uses_mig:
+        out.append(
+            Problem(
+                f"{at}.sharing",
+                "MIG-backed vGPU is not supported; vm-vgpu uses time-sliced vGPU types on whole GPUs",
+            )
+        )
+    elif uses_mig or w.sharing != "none" or w.time_slicing is not None:
+        out.append(
+            Problem(
+                f"{at}.sharing",
+                f"{w.workload} hands GPUs to VMs, so MIG and time-slicing do not "
+                f"apply; use sharing: none and no mig/timeSlicing",
+            )
+        )
+    return out
+
+
+def _gpu_mig(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
+    out: list[Problem] = []
+    for j, claim in enumerate(w.gpus):
+        host = find_host_gpu(spec, w.node, claim.ref)
+        if host is None:
+            continue
+        path = f"workers[{i}].gpus[{j}].mig"
+        model = CATALOG[host.model]
+        config = effective_mig(w, claim)
+        inherited = " (from the worker's mig)" if claim.mig is None else ""
+        if config is not None and not model.mig_capable:
+            out.append(Problem(path, f"{model.key} does not support MIG{inherited}"))
+        elif claim.mig is not None and w.sharing != "mig":
+            out.append(Problem(path, f"only applies when sharing is mig (sharing is {w.sharing})"))
+        elif w.sharing == "mig" and config is None:
+            out.append(
+                Problem(path, "sharing is mig but this GPU has no MIG config; set it here or in the worker's mig")
+            )
+        elif w.sharing == "mig" and config is not None:
+            out.extend(Problem(path, m + inherited) for m in _mig_config_problems(model, config))
+    return out
+
+
+def _mig_config_problems(model: GpuModel, config: MigConfig) -> list[str]:
+    if isinstance(config, str):
+        named = model.named_mig_configs()
+        if config not in named:
+            return [f"no MIG config {config!r} for {model.key} (known: {', '.join(named)})"]
+        return []
+    if not config:
+        return ["empty MIG geometry; use all-disabled to turn MIG off"]
+    return geometry_problems(model, config)
+
+
+def _vgpu(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
+    at = f"workers[{i}].vgpuType"
+    if w.workload != "vm-vgpu":
+        return [Problem(at, "only applies to vm-vgpu workers")] if w.vgpu_type else []
+    if w.vgpu_type is None:
+        return [Problem(at, "required for vm-vgpu workers (e.g. A10-24Q)")]
+    board, rest = w.vgpu_type.rsplit("-", 1)
+    size_gb = int(rest[:-1])
+    out: list[Problem] = []
+    for claim in w.gpus:
+        host = find_host_gpu(spec, w.node, claim.ref)
+        if host is None:
+            continue
+        model = CATALOG[host.model]
+        fb_gb = model.memory_mib // 1024
+        if model.vgpu_board is None:
+            out.append(Problem(at, f"no vGPU types are known for {model.key}"))
+        elif board != model.vgpu_board:
+            out.append(Problem(at, f"{w.vgpu_type} is not a {model.key} vGPU type ({model.vgpu_board}-<GB><series>)"))
+        elif size_gb < 1 or fb_gb % size_gb:
+            out.append(Problem(at, f"{w.vgpu_type}: {size_gb} GB does not divide the {fb_gb} GB of a {model.key}"))
+    return sorted(set(out))
+
+
+def _mig_strategy(spec: ClusterSpec) -> list[Problem]:
+    """Under the single strategy every GPU of a node must be split into one profile only."""
+    if spec.gpu_operator.mig_strategy != "single":
+        return []
+    from components.inventory import worker_gpus  # noqa: PLC0415 (keeps the import graph flat)
+
+    out: list[Problem] = []
+    for i, w in enumerate(spec.workers):
+        if w.sharing != "mig" or w.node not in {n.name for n in spec.proxmox.nodes}:
+            continue
+        profiles: set[str] = set()
+        for g in worker_gpus(spec, w):
+            geometry = g.mig_geometry
+            profiles.update(geometry if geometry else ["MIG disabled"])
+        if len(profiles) > 1:
+            out.append(
+                Problem(
+                    f"workers[{i}].mig",
+                    "migStrategy single needs one MIG profile across the node's "
+                    f"GPUs, got {', '.join(sorted(profiles))}; use mixed",
+                )
+            )
+    return out
+
+
+def _quotas(spec: ClusterSpec) -> list[Problem]:
+    from components.capacity import cluster_capacity  # noqa: PLC0415 (capacity imports inventory)
+
+    advertised = cluster_capacity(spec)
+    out: list[Problem] = []
+    for q_i, quota in enumerate(spec.quotas):
+        for resource in quota.resources:
+            if resource not in advertised:
+                known = ", ".join(sorted(advertised)) or "nothing"
+                out.append(
+                    Problem(
+                        f"quotas[{q_i}].resources.{resource}",
+                        f"no worker advertises {resource} (advertised: {known})",
+                    )
+                )
+    return out
