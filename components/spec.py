@@ -125,7 +125,6 @@ class ProxmoxNode(SpecModel):
 
     name: Name = Field(description="Proxmox node name as shown in the datacenter tree.")
     ssh_address: str = Field(min_length=1, description="Host name or IP address SSH reaches the node at.")
-    ssh_user: str = Field(default="root", pattern=r"^[a-z_][a-z0-9_-]*$", description="SSH user on the node.")
     cpu_vendor: Literal["intel", "amd"] = Field(description="CPU vendor; selects intel_iommu or amd_iommu.")
     boot_loader: Literal["grub", "systemd-boot", "auto"] = Field(
         default="auto", description="Where kernel arguments go; auto detects it on the host."
@@ -156,6 +155,11 @@ class ProxmoxSpec(SpecModel):
         default="root@pam",
         pattern=r"^[^@\s]+@[^@\s]+$",
         description="user@realm for password authentication and for SSH-based provider operations.",
+    )
+    ssh_user: str = Field(
+        default="root",
+        pattern=r"^[a-z_][a-z0-9_-]*$",
+        description="SSH user on the Proxmox nodes (host preparation, snippet uploads); key in ``sshPrivateKey``.",
     )
     nodes: tuple[ProxmoxNode, ...] = Field(min_length=1, description="Proxmox nodes this stack manages.")
 

@@ -1,0 +1,115 @@
+"""Read the cluster spec and the secrets from the stack's Pulumi config.
+
+The spec is one structured key, ``proxmox-gpu-cluster:cluster``. Secrets are separate secret keys, read with
+``require_secret`` so they stay Pulumi secrets end to end; which ones are required depends on the spec (auth
+mode, join method). Every problem, in the spec or a missing secret, is reported at once as one
+``pulumi.RunError`` (the CLI prints it without a traceback) before any resource registers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from components.errors import SpecError
+from components.spec import ClusterSpec, load_spec
+
+PROJECT = "proxmox-gpu-cluster"
+SPEC_KEY = "cluster"
+
+
+@dataclass(frozen=True)
+class SecretKey:
+    """A secret config key and when it is needed."""
+
+    key: str
+    purpose: str
+
+
+PROXMOX_API_TOKEN = SecretKey("proxmoxApiToken", "Proxmox API token, 'user@realm!tokenid=uuid' (authMode token)")
+PROXMOX_PASSWORD = SecretKey("proxmoxPassword", "password of proxmox.username (authMode password)")
+SSH_PRIVATE_KEY = SecretKey("sshPrivateKey", "SSH private key for Proxmox nodes and guest VMs")
+KUBECONFIG = SecretKey("kubeconfig", "kubeconfig of the target cluster")
+JOIN_TOKEN = SecretKey("kubeadmJoinToken", "kubeadm bootstrap token (joinMethod kubeadm)")
+CA_CERT_HASH = SecretKey("kubeadmCaCertHash", "kubeadm discovery CA cert hash, sha256:... (joinMethod kubeadm)")
+ALL_SECRETS = (PROXMOX_API_TOKEN, PROXMOX_PASSWORD, SSH_PRIVATE_KEY, KUBECONFIG, JOIN_TOKEN, CA_CERT_HASH)
+
+
+class InvalidStackConfig(pulumi.RunError):
+    """The stack's config is invalid; the message has one line per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("invalid stack configuration:\n" + "\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Secret inputs, each a secret Output (None where the spec does not need it)."""
+
+    ssh_private_key: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    proxmox_api_token: pulumi.Output[str] | None = None
+    proxmox_password: pulumi.Output[str] | None = None
+    join_token: pulumi.Output[str] | None = None
+    ca_cert_hash: pulumi.Output[str] | None = None
+
+
+def required_secrets(spec: ClusterSpec) -> list[SecretKey]:
+    """The secret keys this spec needs."""
+    keys = [SSH_PRIVATE_KEY, KUBECONFIG]
+    keys.append(PROXMOX_API_TOKEN if spec.proxmox.auth_mode == "token" else PROXMOX_PASSWORD)
+    if spec.kubernetes.join_method == "kubeadm":
+        keys += [JOIN_TOKEN, CA_CERT_HASH]
+    return keys
+
+
+def parse_spec(raw: Any) -> ClusterSpec:
+    """Validate the raw ``cluster`` value; InvalidStackConfig lists every problem."""
+    if raw is None:
+        raise InvalidStackConfig([f"{PROJECT}:{SPEC_KEY}: required config key is not set"])
+    try:
+        return load_spec(raw, root=f"{PROJECT}:{SPEC_KEY}")
+    except SpecError as err:
+        raise InvalidStackConfig(err.lines) from None
+
+
+def load(config: pulumi.Config | None = None) -> tuple[ClusterSpec, Secrets]:
+    """Load and validate the spec and every secret it needs, or raise InvalidStackConfig with all problems."""
+    cfg = config or pulumi.Config(PROJECT)
+    raw = cfg.get_object(SPEC_KEY)
+    spec = parse_spec(raw)
+    missing = [
+        f"{PROJECT}:{s.key}: required secret is not set ({s.purpose}); pulumi config set --secret {PROJECT}:{s.key} ..."
+        for s in required_secrets(spec)
+        if cfg.get(s.key) is None
+    ]
+    if missing:
+        raise InvalidStackConfig(missing)
+
+    def secret(key: SecretKey, needed: bool = True) -> pulumi.Output[str] | None:
+        if needed:
+            return cfg.require_secret(key.key)
+        return cfg.get_secret(key.key)
+
+    kubeadm = spec.kubernetes.join_method == "kubeadm"
+    token_mode = spec.proxmox.auth_mode == "token"
+    # Optional ones are still read as secrets: a password given in token mode unlocks root-only features.
+    secrets = Secrets(
+        ssh_private_key=cfg.require_secret(SSH_PRIVATE_KEY.key),
+        kubeconfig=cfg.require_secret(KUBECONFIG.key),
+        proxmox_api_token=secret(PROXMOX_API_TOKEN, token_mode),
+        proxmox_password=secret(PROXMOX_PASSWORD, not token_mode),
+        join_token=secret(JOIN_TOKEN, kubeadm),
+        ca_cert_hash=secret(CA_CERT_HASH, kubeadm),
+    )
+    return spec, secrets
+
+
+def raw_spec_from_stack_file(document: Mapping[str, Any]) -> Any:
+    """The ``cluster`` value of a parsed ``Pulumi.<stack>.yaml`` (None if absent)."""
+    config = document.get("config") or {}
+    return config.get(f"{PROJECT}:{SPEC_KEY}", config.get(SPEC_KEY))

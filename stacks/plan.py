@@ -1,0 +1,195 @@
+"""Offline plan: run the real ``__main__`` program under Pulumi's mock engine and print what it would create.
+
+Like ``helm template`` or ``cdk synth``: no Pulumi CLI, no credentials, no network. Secrets get placeholder
+values and are shown as ``[secret]``.
+
+    python -m stacks.plan dev                 # resource tree + capacity table
+    python -m stacks.plan dev --json          # machine-readable plan
+    python -m stacks.plan dev --out plan-out  # one YAML file of inputs per resource
+    python -m stacks.plan --config my.yaml x  # any stack file
+
+Exit codes: 0 planned, 2 invalid spec or config (one line per problem on stderr), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import runpy
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.capacity import WorkerCapacity, capacity_table
+from components.testing import RecordedResource, Recording, redact, run
+from stacks.config import ALL_SECRETS, PROJECT, InvalidStackConfig, parse_spec, raw_spec_from_stack_file
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def stack_config(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Config map and secret keys for the mock engine from a parsed stack file.
+
+    Encrypted values (``secure:``) cannot be decrypted offline; they and every secret key the stack file does
+    not set get a placeholder, so the program runs its real secret handling.
+    """
+    config: dict[str, Any] = {}
+    secret_keys: list[str] = []
+    for key, value in (document.get("config") or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if isinstance(value, Mapping) and set(value) == {"secure"}:
+            config[full] = f"plan-placeholder-{full.split(':', 1)[1]}"
+            secret_keys.append(full)
+        else:
+            config[full] = value
+    for secret in ALL_SECRETS:
+        full = f"{PROJECT}:{secret.key}"
+        if full not in config:
+            config[full] = f"plan-placeholder-{secret.key}"
+            secret_keys.append(full)
+    return config, secret_keys
+
+
+def tree_order(recording: Recording) -> list[tuple[str, RecordedResource]]:
+    """Resources depth-first from the stack, siblings sorted by type and name, with their tree prefix."""
+    children: dict[str, list[RecordedResource]] = {}
+    for r in recording.resources:
+        children.setdefault(r.parent, []).append(r)
+    out: list[tuple[str, RecordedResource]] = []
+
+    def walk(parent: str, indent: str, top: bool) -> None:
+        siblings = sorted(children.get(parent, []), key=lambda r: (r.type, r.name))
+        for i, r in enumerate(siblings):
+            last = i == len(siblings) - 1
+            out.append(("" if top else indent + ("└─ " if last else "├─ "), r))
+            walk(r.urn, "" if top else indent + ("   " if last else "│  "), False)
+
+    walk("", "", True)
+    return out
+
+
+def resource_entry(r: RecordedResource) -> dict[str, Any]:
+    """A resource as it appears in ``--json``: secrets redacted."""
+    entry: dict[str, Any] = {
+        "type": r.type,
+        "name": r.name,
+        "urn": r.urn,
+        "parent": r.parent or None,
+        "provider": r.provider or None,
+        "dependencies": sorted(r.dependencies),
+        "inputs": redact(r.inputs),
+    }
+    options = {
+        "protect": r.protect,
+        "ignoreChanges": r.ignore_changes,
+        "replaceOnChanges": r.replace_on_changes,
+        "additionalSecretOutputs": r.additional_secret_outputs,
+        "deleteBeforeReplace": r.delete_before_replace,
+        "retainOnDelete": r.retain_on_delete,
+    }
+    entry["options"] = {k: v for k, v in options.items() if v}
+    return entry
+
+
+def plan_document(stack: str, recording: Recording, capacity: Sequence[WorkerCapacity]) -> dict[str, Any]:
+    """The whole plan as plain data (what ``--json`` prints)."""
+    return {
+        "project": PROJECT,
+        "stack": stack,
+        "resources": [resource_entry(r) for _, r in tree_order(recording)],
+        "outputs": redact(recording.outputs),
+        "capacity": [asdict(row) for row in capacity],
+        "warnings": [message for level, message in recording.logs if level == "warning"],
+    }
+
+
+def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapacity]) -> str:
+    """Human-readable plan: resource tree, capacity table, warnings."""
+    ordered = tree_order(recording)
+    lines = [f"Offline plan of stack '{stack}' (Pulumi mock engine; nothing was contacted)", ""]
+    lines.append(f"Resources ({len(ordered)}):")
+    width = max((len(prefix) + len(r.type) for prefix, r in ordered), default=0) + 2
+    for prefix, r in ordered:
+        flags = " [protect]" if r.protect else ""
+        lines.append(f"  {(prefix + r.type).ljust(width)}{r.name}{flags}")
+    lines += ["", "Capacity (what each node will advertise):"]
+    rows = [("WORKER", "PROXMOX NODE", "GPUS", "WORKLOAD", "SHARING", "ADVERTISES")]
+    for row in capacity:
+        gpus = ", ".join(f"{n} x {m}" for m, n in row.gpus.items())
+        advertises = ", ".join(f"{k}: {v}" for k, v in row.resources.items())
+        rows.append((row.worker, row.node, gpus, row.workload, row.sharing, advertises))
+    widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]) - 1)]
+    for cells in rows:
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)) + "  " + cells[-1])
+    warnings = [m for level, m in recording.logs if level == "warning"]
+    if warnings:
+        lines += ["", "Warnings:", *(f"  {w}" for w in warnings)]
+    return "\n".join(lines) + "\n"
+
+
+def write_inputs(out_dir: Path, recording: Recording) -> int:
+    """Write each resource's (redacted) inputs to ``out_dir/<type>/<name>.yaml``; returns the file count."""
+    count = 0
+    for _, r in tree_order(recording):
+        folder = out_dir / re.sub(r"[^A-Za-z0-9_.-]", "_", r.type)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{r.name}.yaml").write_text(yaml.safe_dump(redact(r.inputs), sort_keys=True))
+        count += 1
+    return count
+
+
+def plan(stack: str, document: Mapping[str, Any], main: Path) -> tuple[Recording, list[WorkerCapacity]]:
+    """Validate, then run ``main`` under mocks. InvalidStackConfig propagates."""
+    spec = parse_spec(raw_spec_from_stack_file(document))
+    config, secret_keys = stack_config(document)
+    recording = run(
+        lambda: runpy.run_path(str(main), run_name="__main__"),
+        project=PROJECT,
+        stack=stack,
+        config=config,
+        secret_keys=secret_keys,
+    )
+    return recording, capacity_table(spec)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.split("\n\n")[0])
+    parser.add_argument("stack", help="stack name; reads Pulumi.<stack>.yaml unless --config is given")
+    parser.add_argument("--config", type=Path, help="stack config file to plan instead of Pulumi.<stack>.yaml")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("--out", type=Path, help="also write each resource's inputs as YAML under this folder")
+    parser.add_argument("--main", type=Path, default=PROJECT_DIR / "__main__.py", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    path: Path = args.config or PROJECT_DIR / f"Pulumi.{args.stack}.yaml"
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        print(f"{path}: {err}", file=sys.stderr)
+        return 2
+    if not isinstance(document, Mapping):
+        print(f"{path}: expected a YAML mapping with a 'config' key", file=sys.stderr)
+        return 2
+    try:
+        recording, capacity = plan(args.stack, document, args.main)
+    except InvalidStackConfig as err:
+        print("\n".join(err.lines), file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(plan_document(args.stack, recording, capacity), indent=2, sort_keys=False, default=str))
+    else:
+        print(render_text(args.stack, recording, capacity), end="")
+    if args.out:
+        count = write_inputs(args.out, recording)
+        print(f"wrote {count} input files under {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
