@@ -94,6 +94,9 @@ def problems_from_validation_error(err: ValidationError) -> list[Problem]:
             problems.extend(Problem(_join(prefix, p.path), p.message) for p in carried.problems)
             continue
         message = str(e["msg"]).removeprefix("Value error, ")
+        if "[key]" in loc:
+            prefix = format_loc(p for p in loc if p != "[key]")
+            message = f"key {e['input']!r}: {message}"
         if e["type"] == "extra_forbidden":
             message = "unknown key (keys are camelCase; check the spelling)"
         elif e["type"] == "missing":

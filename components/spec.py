@@ -343,6 +343,20 @@ class Quota(SpecModel):
         min_length=1, description="Extended resource -> maximum requested, e.g. ``nvidia.com/gpu: 4``."
     )
 
+    @model_validator(mode="after")
+    def _no_prefix(self) -> Quota:
+        # Kubernetes only allows `requests.` quotas for extended resources; we add the prefix ourselves.
+        prefixed = [r for r in self.resources if r.startswith(("requests.", "limits."))]
+        if prefixed:
+            raise SpecViolations(
+                Problem(
+                    f"resources.{r}",
+                    f"write the resource name only ({r.split('.', 1)[1]}); the requests. prefix is added for you",
+                )
+                for r in prefixed
+            )
+        return self
+
 
 class ClusterSpec(SpecModel):
     """Everything one stack provisions."""

@@ -210,10 +210,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
         hook = self.invokes.get(args.token)
         if hook is None:
             raise NotImplementedError(f"no mock result for invoke {args.token}; pass invokes={{...}}")
-        return dict(hook(args.args)), None
+        # An empty failure list, not None: the mock monitor iterates it.
+        return dict(hook(args.args)), []
 
 
-class RecordingMonitor(pulumi_mocks.MockMonitor):  # type: ignore[misc]
+class RecordingMonitor(pulumi_mocks.MockMonitor):
     """A MockMonitor that also records parents, providers, dependencies, options, invokes and outputs."""
 
     def __init__(self, mocks: RecordingMocks, recording: Recording) -> None:
@@ -221,7 +222,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):  # type: ignore[misc]
         self.recording = recording
 
     def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         state = self.resources.get(response.urn)
         self.recording.resources.append(
             RecordedResource(

@@ -1,0 +1,126 @@
+"""Spec and secrets from stack config; errors before any resource registers; secrets stay secret."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from components.testing import RecordingMocks, is_secret, run
+from stacks.build import build, export
+from stacks.config import InvalidStackConfig, load
+from tests.support import ROOT, SECRETS, base_spec, stack_config
+
+
+def program() -> None:
+    spec, secrets = load()
+    export(build(spec, secrets))
+
+
+class CountingMocks(RecordingMocks):
+    def __init__(self) -> None:
+        super().__init__()
+        self.created = 0
+
+    def new_resource(self, args: Any) -> Any:
+        self.created += 1
+        return super().new_resource(args)
+
+
+def test_invalid_spec_is_a_run_error_before_any_resource() -> None:
+    spec = base_spec()
+    spec["workers"][0]["vmid"] = 2002
+    spec["workers"][2]["gpus"] = ["a100-0"]
+    config, keys = stack_config(spec)
+    mocks = CountingMocks()
+    with pytest.raises(InvalidStackConfig) as info:
+        run(program, config=config, secret_keys=keys, mocks=mocks)
+    assert isinstance(info.value, pulumi.RunError)  # the CLI prints RunError without a traceback
+    assert mocks.created == 0
+    assert info.value.lines == [
+        "proxmox-gpu-cluster:cluster.workers[1].vmid: vmid 2002 is already used by workers[0]",
+        "proxmox-gpu-cluster:cluster.workers[2].gpus[0].ref: no GPU 'a100-0' on Proxmox node 'pve2' "
+        "(known: a10-0, a10-1)",
+    ]
+
+
+def test_missing_secrets_are_listed_together() -> None:
+    secrets = {k: v for k, v in SECRETS.items() if k not in ("sshPrivateKey", "kubeadmJoinToken")}
+    config, keys = stack_config(base_spec(), secrets)
+    with pytest.raises(InvalidStackConfig) as info:
+        run(program, config=config, secret_keys=keys)
+    assert [line.split(":")[1] for line in info.value.lines] == ["sshPrivateKey", "kubeadmJoinToken"]
+    assert "pulumi config set --secret proxmox-gpu-cluster:sshPrivateKey" in info.value.lines[0]
+
+
+def test_required_secrets_follow_the_spec() -> None:
+    spec = base_spec()
+    spec["proxmox"]["authMode"] = "password"
+    spec["kubernetes"]["joinMethod"] = "none"
+    secrets = {k: SECRETS[k] for k in ("proxmoxPassword", "sshPrivateKey", "kubeconfig")}
+    config, keys = stack_config(spec, secrets)
+    rec = run(program, config=config, secret_keys=keys)
+    provider = rec.one("pulumi:providers:proxmoxve")
+    assert provider.plain_inputs["username"] == "root@pam"
+    assert is_secret(provider.inputs["password"]) and "apiToken" not in provider.inputs
+
+
+def test_missing_spec_key() -> None:
+    with pytest.raises(InvalidStackConfig, match="proxmox-gpu-cluster:cluster: required config key is not set"):
+        run(program, config={}, secret_keys=[])
+
+
+def _plain_strings(value: Any, inside_secret: bool = False) -> list[str]:
+    """Every string in ``value`` that is not inside a secret envelope."""
+    if is_secret(value):
+        return []
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _plain_strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _plain_strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_canary_secrets_never_appear_unsecret() -> None:
+    config, keys = stack_config(base_spec())
+    rec = run(program, config=config, secret_keys=keys)
+    everything = [r.inputs for r in rec.resources] + [rec.outputs]
+    leaks = [s for item in everything for s in _plain_strings(item) if "CANARY" in s]
+    assert leaks == []
+    # and they did reach the providers, wrapped as secrets
+    assert "CANARY" in json.dumps([r.plain_inputs for r in rec.resources])
+
+
+def test_every_custom_resource_names_an_explicit_provider() -> None:
+    config, keys = stack_config(base_spec())
+    rec = run(program, config=config, secret_keys=keys)
+    custom = [r for r in rec.resources if r.custom and not r.type.startswith("pulumi:providers:")]
+    assert all(r.provider for r in custom), [r.name for r in custom if not r.provider]
+    assert {r.type for r in rec.resources if r.type.startswith("pulumi:providers:")} == {
+        "pulumi:providers:proxmoxve",
+        "pulumi:providers:kubernetes",
+        "pulumi:providers:command",
+    }
+
+
+def test_pulumi_yaml_disables_default_providers() -> None:
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert project["name"] == "proxmox-gpu-cluster"
+    assert project["runtime"]["name"] == "python"
+    assert project["runtime"]["options"]["virtualenv"] == ".venv"
+    disabled = project["config"]["pulumi:disable-default-providers"]["value"]
+    assert set(disabled) >= {"proxmoxve", "kubernetes", "command"}
+
+
+def test_proxmox_provider_inputs() -> None:
+    config, keys = stack_config(base_spec())
+    rec = run(program, config=config, secret_keys=keys)
+    inputs = rec.one("pulumi:providers:proxmoxve").plain_inputs
+    assert inputs["endpoint"] == "https://pve1.example.test:8006/"
+    assert inputs["apiToken"] == SECRETS["proxmoxApiToken"]
+    ssh = json.loads(inputs["ssh"]) if isinstance(inputs["ssh"], str) else inputs["ssh"]
+    assert ssh["username"] == "root"
+    assert [n["name"] for n in ssh["nodes"]] == ["pve1", "pve2"]

@@ -1,0 +1,114 @@
+"""The offline plan CLI: text, JSON, --out, exit codes; run in-process and as `python -m stacks.plan`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stacks.plan import main, stack_config
+from tests.support import ROOT, base_spec
+
+
+def write_stack(tmp_path: Path, spec: dict[str, object], **extra: object) -> Path:
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(yaml.safe_dump({"config": {"proxmox-gpu-cluster:cluster": spec, **extra}}))
+    return path
+
+
+def test_dev_stack_text_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dev"]) == 0
+    out = capsys.readouterr().out
+    assert "Offline plan of stack 'dev'" in out
+    assert "pulumi:providers:proxmoxve" in out and "pulumi:providers:kubernetes" in out
+    # the capacity table examples of the dev stack
+    assert "gpu-a10-1" in out and "nvidia.com/gpu: 4" in out
+    assert "gpu-a100-1" in out and "nvidia.com/mig-1g.5gb: 7" in out
+
+
+def test_json_plan_redacts_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_stack(tmp_path, base_spec(), **{"proxmox-gpu-cluster:kubeconfig": {"secure": "v1:abc"}})
+    assert main(["t", "--config", str(path), "--json"]) == 0
+    raw = capsys.readouterr().out
+    plan = json.loads(raw)
+    assert "plan-placeholder" not in raw  # placeholders are secrets, so they never print
+    by_type = {r["type"]: r for r in plan["resources"]}
+    assert by_type["pulumi:providers:kubernetes"]["inputs"]["kubeconfig"] == "[secret]"
+    assert by_type["pulumi:providers:proxmoxve"]["inputs"]["apiToken"] == "[secret]"
+    stack = by_type["pulumi:pulumi:Stack"]
+    assert all(r["parent"] == stack["urn"] for r in plan["resources"] if r is not stack)
+    assert {"type", "name", "parent", "dependencies", "inputs", "provider"} <= set(plan["resources"][1])
+    rows = {row["worker"]: row for row in plan["capacity"]}
+    assert rows["mig-2"]["resources"] == {
+        "nvidia.com/mig-1g.5gb": 2,
+        "nvidia.com/mig-2g.10gb": 1,
+        "nvidia.com/mig-3g.20gb": 1,
+    }
+    assert plan["outputs"]["capacity"]["ts-1"]["resources"] == {"nvidia.com/gpu": 8}
+
+
+def test_plan_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["dev", "--json"])
+    first = capsys.readouterr().out
+    main(["dev", "--json"])
+    assert capsys.readouterr().out == first
+
+
+def test_out_writes_one_yaml_per_resource(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan"
+    assert main(["dev", "--out", str(out)]) == 0
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.yaml"))
+    assert "pulumi_providers_kubernetes/kubernetes.yaml" in files
+    assert yaml.safe_load((out / "pulumi_providers_kubernetes/kubernetes.yaml").read_text()) == {
+        "kubeconfig": "[secret]"
+    }
+    assert f"wrote {len(files)} input files" in capsys.readouterr().err
+
+
+def test_invalid_spec_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
+    spec = base_spec()
+    spec["workers"][1]["vmid"] = 2001
+    spec["workers"][2]["timeSlicing"] = {"replicas": 1}
+    spec["proxmox"]["nodes"][0]["gpus"][0]["model"] = "A100"
+    path = write_stack(tmp_path, spec)
+    proc = subprocess.run(
+        [sys.executable, "-m", "stacks.plan", "t", "--config", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert "Traceback" not in proc.stderr
+    assert lines == [
+        "proxmox-gpu-cluster:cluster.proxmox.nodes[0].gpus[0].model: unknown GPU model 'A100'; known: "
+        "A100-PCIE-40GB, A100-PCIE-80GB, A100-SXM4-40GB, A100-SXM4-80GB, A30, A10, H100-PCIE, H100-SXM5-80GB, "
+        "H200, L4, L40S, T4",
+        "proxmox-gpu-cluster:cluster.workers[2].timeSlicing.replicas: Input should be greater than or equal to 2",
+    ]
+
+
+def test_unreadable_stack_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["nope", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_stack_config_placeholders_are_secret() -> None:
+    config, secret_keys = stack_config({"config": {"proxmox-gpu-cluster:kubeconfig": {"secure": "x"}, "cluster": {}}})
+    assert config["proxmox-gpu-cluster:kubeconfig"] == "plan-placeholder-kubeconfig"
+    assert "proxmox-gpu-cluster:cluster" in config
+    assert set(secret_keys) >= {"proxmox-gpu-cluster:kubeconfig", "proxmox-gpu-cluster:sshPrivateKey"}
+
+
+def test_module_entry_point_runs_the_dev_plan() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "stacks.plan", "dev"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Capacity" in proc.stdout

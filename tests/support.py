@@ -1,0 +1,121 @@
+"""Shared test helpers: a valid base spec, and access to external reference data."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+PCI_IDS = Path("/usr/share/misc/pci.ids")
+CHART_VERSIONS = ("v25.10.1", "v26.7.0")
+
+
+def external(path: Path, what: str, install: str) -> Path:
+    """``path`` if it exists. Otherwise skip with the reason, except under CI (CI=true), where it must exist."""
+    if path.exists():
+        return path
+    message = f"{what} not found at {path}; {install}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI must provide it)")
+    pytest.skip(message)
+
+
+def shared_reference(tag: str, name: str) -> Path:
+    """A file of the GPU Operator chart reference in ../shared (a user's clone has none)."""
+    return external(
+        SHARED / "reference" / "gpu-operator" / tag / name,
+        "GPU Operator chart reference",
+        "it lives in ../shared beside the repository, which only the project's own checkout has",
+    )
+
+
+def pci_ids() -> Path:
+    """Debian's pci.ids database."""
+    return external(PCI_IDS, "pci.ids", "install it with: apt-get install pci.ids")
+
+
+_BASE: dict[str, Any] = {
+    "proxmox": {
+        "endpoint": "https://pve1.example.test:8006/",
+        "authMode": "token",
+        "nodes": [
+            {
+                "name": "pve1",
+                "sshAddress": "192.0.2.11",
+                "cpuVendor": "amd",
+                "gpus": [
+                    {"name": "a100-0", "pciPath": "0000:41:00", "model": "A100-PCIE-40GB"},
+                    {"name": "a100-1", "pciPath": "0000:42:00", "model": "A100-PCIE-40GB"},
+                    {"name": "a10-0", "pciPath": "0000:81:00", "model": "A10"},
+                    {"name": "vga", "pciPath": "0000:03:00", "model": "T4", "console": True},
+                ],
+            },
+            {
+                "name": "pve2",
+                "sshAddress": "192.0.2.12",
+                "cpuVendor": "intel",
+                "gpus": [
+                    {"name": "a10-0", "pciPath": "0000:17:00", "model": "A10"},
+                    {"name": "a10-1", "pciPath": "0000:18:00", "model": "A10"},
+                ],
+            },
+        ],
+    },
+    "workers": [
+        {
+            "name": "mig-1",
+            "vmid": 2001,
+            "node": "pve1",
+            "gpus": ["a100-0"],
+            "sharing": "mig",
+            "mig": "all-1g.5gb",
+        },
+        {
+            "name": "mig-2",
+            "vmid": 2002,
+            "node": "pve1",
+            "gpus": [{"ref": "a100-1", "mig": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}}],
+            "sharing": "mig",
+        },
+        {
+            "name": "ts-1",
+            "vmid": 2003,
+            "node": "pve2",
+            "gpus": ["a10-0", "a10-1"],
+            "sharing": "time-slicing",
+            "timeSlicing": {"replicas": 4},
+            "network": {"ipv4": "192.0.2.60/24", "gateway": "192.0.2.1", "dns": ["192.0.2.1"]},
+        },
+    ],
+    "kubernetes": {"apiEndpoint": "k8s.example.test:6443", "version": "1.34"},
+    "gpuOperator": {"migStrategy": "mixed"},
+    "quotas": [{"namespace": "team-a", "resources": {"nvidia.com/gpu": 4, "nvidia.com/mig-1g.5gb": 2}}],
+}
+
+
+def base_spec() -> dict[str, Any]:
+    """A fresh deep copy of a valid spec exercising MIG (named and custom), time-slicing and quotas."""
+    return copy.deepcopy(_BASE)
+
+
+SECRETS = {
+    "proxmoxApiToken": "root@pam!ci=CANARY-PVE-TOKEN",
+    "proxmoxPassword": "CANARY-PVE-PASSWORD",
+    "sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----CANARY-SSH-----END OPENSSH PRIVATE KEY-----",
+    "kubeconfig": "apiVersion: v1\nkind: Config\n# CANARY-KUBECONFIG\n",
+    "kubeadmJoinToken": "abcdef.CANARYJOIN0000",
+    "kubeadmCaCertHash": "sha256:CANARYHASH",
+}
+
+
+def stack_config(spec: dict[str, Any], secrets: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Config and secret keys for ``components.testing.run`` from a spec and canary secrets."""
+    secrets = SECRETS if secrets is None else secrets
+    config: dict[str, Any] = {"proxmox-gpu-cluster:cluster": spec}
+    config.update({f"proxmox-gpu-cluster:{k}": v for k, v in secrets.items()})
+    return config, [f"proxmox-gpu-cluster:{k}" for k in secrets]
