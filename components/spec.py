@@ -18,7 +18,15 @@ from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from components.catalog import CATALOG
 from components.errors import Problem, SpecError, SpecViolations, problems_from_validation_error
-from components.spec_base import EXTENDED_RESOURCE, GpuModelKey, MigConfig, Name, SpecModel, pci_path, vendor_device
+from components.spec_base import (
+    EXTENDED_RESOURCE,
+    GpuModelKey,
+    MigConfig,
+    Name,
+    SpecModel,
+    check_pci_path,
+    check_vendor_device,
+)
 from components.worker_spec import GpuAssignment, Image, Network, TimeSlicing, Worker
 
 __all__ = [
@@ -31,12 +39,12 @@ class HostGpu(SpecModel):
     """A physical GPU installed in a Proxmox node."""
 
     name: Name = Field(description="Name workers use to claim this GPU; unique within its Proxmox node.")
-    pci_path: Annotated[str, AfterValidator(pci_path)] = Field(
+    pci_path: Annotated[str, AfterValidator(check_pci_path)] = Field(
         description="PCI address without the function, domain:bus:device (``0000:41:00``), so every function of "
         "the card passes through together.",
     )
     model: GpuModelKey = Field(description="Catalog key of the GPU model, e.g. ``A100-PCIE-40GB`` or ``A10``.")
-    device_id: Annotated[str, AfterValidator(vendor_device)] | None = Field(
+    device_id: Annotated[str, AfterValidator(check_vendor_device)] | None = Field(
         default=None,
         description="vendor:device id when the card is a variant with a non-canonical id (e.g. ``10de:20b1``); "
         "must belong to the model. Defaults to the model's canonical id.",

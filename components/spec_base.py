@@ -37,13 +37,13 @@ def known_model(key: str) -> str:
     return key
 
 
-def pci_path(value: str) -> str:
+def check_pci_path(value: str) -> str:
     if not re.fullmatch(PCI_PATH, value):
         raise ValueError(f"expected a PCI path domain:bus:device without function, like 0000:41:00; got {value!r}")
     return value.lower()
 
 
-def vendor_device(value: str) -> str:
+def check_vendor_device(value: str) -> str:
     if not re.fullmatch(VENDOR_DEVICE, value):
         raise ValueError(f"expected a PCI vendor:device id like 10de:20f1; got {value!r}")
     return value.lower()
