@@ -1,0 +1,119 @@
+"""Operator Helm values: every emitted path exists in the pinned chart (values.yaml or ClusterPolicy CRD)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any
+
+import pytest
+import yaml
+
+from components.operator_values import operator_values
+from components.spec import load_spec
+from tests.support import CHART_VERSIONS, base_spec, shared_reference
+
+FORBIDDEN = {"operator.defaultRuntime", "driver.useOpenKernelModules"}
+
+
+def leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and value:
+            out += leaf_paths(value, path)
+        else:
+            out.append(path)
+    return out
+
+
+@functools.cache
+def _load(tag: str, name: str) -> Any:
+    return yaml.safe_load(shared_reference(tag, name).read_text())
+
+
+def chart_has(tag: str, path: str) -> bool:
+    values = _load(tag, "values.yaml")
+    node: Any = values
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            break
+        node = node[part]
+    else:
+        return True
+    crd = _load(tag, "crds/nvidia.com_clusterpolicies.yaml")
+    schema: Any = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    for part in path.split("."):
+        schema = (schema.get("properties") or {}).get(part)
+        if schema is None:
+            return False
+    return True
+
+
+def variants() -> list[tuple[str, dict[str, Any], dict[str, str | None]]]:
+    out = []
+    for tag, mode, cdi, dcgm, nfd, strategy, names in itertools.product(
+        CHART_VERSIONS, ["host", "operator"], [False, True], [False, True], [False, True], ["single", "mixed"],
+        [False, True],
+    ):  # fmt: skip
+        spec = base_spec()
+        spec["gpuOperator"] = {
+            "chartVersion": tag, "driverMode": mode, "cdi": cdi, "dcgm": dcgm, "nfd": nfd, "migStrategy": strategy,
+            "driverVersion": "580.95.05", "kernelModuleType": "open",
+        }  # fmt: skip
+        if strategy == "single":
+            spec["workers"][1]["gpus"] = [{"ref": "a100-1", "mig": "all-3g.20gb"}]
+            spec["workers"][1]["mig"] = None
+            spec["quotas"] = []
+        cm = {"device_plugin_config": "dp-1", "device_plugin_default": "default", "mig_config": "mig-1",
+              "dcgm_metrics_config": "metrics-1"} if names else {}  # fmt: skip
+        out.append((tag, spec, cm))
+    return out
+
+
+VARIANTS = variants()
+
+
+@pytest.mark.parametrize(("tag", "raw", "names"), VARIANTS)
+def test_every_values_path_exists_in_the_chart(tag: str, raw: dict[str, Any], names: dict[str, str]) -> None:
+    values = operator_values(load_spec(raw), **names)  # type: ignore[arg-type]
+    paths = leaf_paths(values)
+    assert not FORBIDDEN & set(paths)
+    missing = [p for p in paths if not chart_has(tag, p)]
+    assert missing == [], f"chart {tag} has no {missing}"
+
+
+def test_variants_cover_the_optional_paths() -> None:
+    seen = {p for _, raw, names in VARIANTS for p in leaf_paths(operator_values(load_spec(raw), **names))}  # type: ignore[arg-type]
+    assert {"devicePlugin.config.name", "migManager.config.name", "dcgmExporter.config.name", "driver.version",
+            "driver.kernelModuleType"} <= seen  # fmt: skip
+
+
+def test_a_mistyped_path_would_be_caught() -> None:
+    assert not chart_has("v26.7.0", "devicePlugin.configs.name")
+    assert not chart_has("v26.7.0", "dcgmExporter.config.nmae")
+    assert chart_has("v26.7.0", "dcgmExporter.config.name")  # only in the CRD
+
+
+def test_host_driver_mode() -> None:
+    values = operator_values(load_spec(base_spec()), device_plugin_config="dp", device_plugin_default="default")
+    assert values["driver"] == {"enabled": False}
+    assert values["toolkit"] == {"enabled": False}
+    assert values["cdi"] == {"enabled": False}
+    assert values["mig"] == {"strategy": "mixed"}
+    assert values["migManager"] == {"enabled": True}
+    assert values["devicePlugin"]["config"] == {"name": "dp", "default": "default", "create": False}
+
+
+def test_operator_driver_mode_pins_version() -> None:
+    raw = base_spec()
+    raw["gpuOperator"].update(driverMode="operator", driverVersion="580.95.05", kernelModuleType="open")
+    values = operator_values(load_spec(raw))
+    assert values["driver"] == {"enabled": True, "kernelModuleType": "open", "version": "580.95.05"}
+    assert values["toolkit"] == {"enabled": True}
+
+
+def test_values_are_deterministic() -> None:
+    spec = load_spec(base_spec())
+    assert operator_values(spec, mig_config="m") == operator_values(spec, mig_config="m")
+    assert yaml.safe_dump(operator_values(spec)) == yaml.safe_dump(operator_values(load_spec(base_spec())))
