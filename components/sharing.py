@@ -178,3 +178,24 @@ def mig_config(spec: ClusterSpec) -> MigConfig:
         ]
     configs.update(sorted(custom.items()))
     return MigConfig(node_config=node_config, configs=configs)
+
+
+ACCELERATOR_LABEL = "proxmox-gpu-cluster.io/accelerator"
+
+
+def node_labels(spec: ClusterSpec, worker: Worker) -> dict[str, str]:
+    """Labels a GPU worker node gets before the operator is installed.
+
+    ``nvidia.com/mig.config`` is set on every node with a MIG-capable GPU: without it the operator labels the
+    node ``all-disabled`` itself, which would fight any later change (hence patchForce on the NodePatch).
+    """
+    labels: dict[str, str] = {"nvidia.com/gpu.workload.config": worker.workload}
+    models = [g.model.key for g in worker_gpus(spec, worker)]
+    if models:
+        labels[ACCELERATOR_LABEL] = max(sorted(set(models)), key=models.count)
+    if worker.workload == "container":
+        labels["nvidia.com/device-plugin.config"] = device_plugin_config(spec).node_config[worker.name]
+        mig = mig_config(spec).node_config.get(worker.name)
+        if mig is not None:
+            labels["nvidia.com/mig.config"] = mig
+    return dict(sorted(labels.items()))

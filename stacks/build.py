@@ -13,6 +13,8 @@ import pulumi_kubernetes as kubernetes
 import pulumi_proxmoxve as proxmoxve
 
 from components.capacity import WorkerCapacity, capacity_table
+from components.gpu_node import GpuNodeLabels
+from components.gpu_operator import GpuOperator
 from components.spec import ClusterSpec
 from stacks.config import Secrets
 
@@ -67,6 +69,9 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
         kubernetes=kubernetes.Provider("kubernetes", kubernetes.ProviderArgs(kubeconfig=secrets.kubeconfig)),
         command=command.Provider("command"),
     )
+    if spec.gpu_operator.enabled:
+        labels = GpuNodeLabels("gpu-nodes", spec, list(spec.workers), provider=providers.kubernetes)
+        GpuOperator("gpu-operator", spec, provider=providers.kubernetes, depends_on=[labels])
     return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec))
 
 

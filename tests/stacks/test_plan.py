@@ -40,7 +40,12 @@ def test_json_plan_redacts_secrets(tmp_path: Path, capsys: pytest.CaptureFixture
     assert by_type["pulumi:providers:kubernetes"]["inputs"]["kubeconfig"] == "[secret]"
     assert by_type["pulumi:providers:proxmoxve"]["inputs"]["apiToken"] == "[secret]"
     stack = by_type["pulumi:pulumi:Stack"]
-    assert all(r["parent"] == stack["urn"] for r in plan["resources"] if r is not stack)
+    urns = {r["urn"] for r in plan["resources"]}
+    assert all(r["parent"] in urns for r in plan["resources"] if r is not stack)
+    assert by_type["pulumi:providers:kubernetes"]["parent"] == stack["urn"]
+    release = by_type["kubernetes:helm.sh/v3:Release"]
+    assert release["parent"] == by_type["proxmox-gpu-cluster:gpu_operator:GpuOperator"]["urn"]
+    assert release["dependencies"], "the release waits for the node labels"
     assert {"type", "name", "parent", "dependencies", "inputs", "provider"} <= set(plan["resources"][1])
     rows = {row["worker"]: row for row in plan["capacity"]}
     assert rows["mig-2"]["resources"] == {

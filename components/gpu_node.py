@@ -1,0 +1,54 @@
+"""GpuNodeLabels: labels and taints on GPU worker nodes, applied before the operator release."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.sharing import node_labels
+from components.spec import ClusterSpec, Worker
+
+
+class GpuNodeLabels(pulumi.ComponentResource):
+    """A NodePatch per GPU worker with the operator's config labels and the optional GPU taint.
+
+    Works for any existing node by name (bare metal too); for VM workers, pass the join step in ``opts``.
+    """
+
+    nodes: pulumi.Output[list[str]]
+    """Names of the patched nodes."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        workers: list[Worker],
+        *,
+        provider: kubernetes.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("proxmox-gpu-cluster:gpu_node:GpuNodeLabels", name, None, opts)
+        names: list[str] = []
+        for worker in workers:
+            taints = (
+                [kubernetes.core.v1.TaintPatchArgs(key="nvidia.com/gpu", value="true", effect="NoSchedule")]
+                if worker.taint
+                else None
+            )
+            kubernetes.core.v1.NodePatch(
+                f"{name}-{worker.name}",
+                kubernetes.core.v1.NodePatchArgs(
+                    metadata=kubernetes.meta.v1.ObjectMetaPatchArgs(
+                        name=worker.name,
+                        labels=node_labels(spec, worker),
+                        # The operator writes nvidia.com/mig.config=all-disabled on unlabelled MIG-capable nodes;
+                        # force our field ownership instead of failing on the SSA conflict.
+                        annotations={"pulumi.com/patchForce": "true"},
+                    ),
+                    spec=kubernetes.core.v1.NodeSpecPatchArgs(taints=taints) if taints else None,
+                ),
+                opts=pulumi.ResourceOptions(parent=self, provider=provider),
+            )
+            names.append(worker.name)
+        self.nodes = pulumi.Output.from_input(names)
+        self.register_outputs({"nodes": self.nodes})

@@ -1,0 +1,114 @@
+"""GpuOperator: the operator namespace, its sharing ConfigMaps and the gpu-operator Helm release."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.operator_values import operator_values
+from components.sharing import device_plugin_config, mig_config
+from components.spec import ClusterSpec
+
+CHART_REPO = "https://helm.ngc.nvidia.com/nvidia"
+
+
+class GpuOperator(pulumi.ComponentResource):
+    """Installs the NVIDIA GPU Operator configured from the spec.
+
+    A ``helm.v3.Release`` rather than ``helm.v4.Chart``: the chart upgrades its CRDs from a pre-upgrade Helm
+    hook (``operator.upgradeCRD``), and only a real Helm release runs hooks.
+    """
+
+    namespace: pulumi.Output[str]
+    """Namespace the operator runs in."""
+    device_plugin_config: pulumi.Output[str]
+    """Name of the device-plugin ConfigMap (content-addressed)."""
+    mig_config: pulumi.Output[str]
+    """Name of the custom mig-parted ConfigMap, or "" when only the operator's built-in configs are used."""
+    release_status: pulumi.Output[str]
+    """Helm release status."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        *,
+        provider: kubernetes.Provider,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("proxmox-gpu-cluster:gpu_operator:GpuOperator", name, None, opts)
+        op = spec.gpu_operator
+        child = pulumi.ResourceOptions(parent=self, provider=provider)
+        ns = kubernetes.core.v1.Namespace(
+            f"{name}-namespace",
+            kubernetes.core.v1.NamespaceInitArgs(
+                metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                    name=op.namespace,
+                    # Driver, toolkit and device-plugin pods are privileged host-level daemons.
+                    labels={"pod-security.kubernetes.io/enforce": "privileged"},
+                )
+            ),
+            opts=child,
+        )
+        dp = device_plugin_config(spec)
+        dp_map = kubernetes.core.v1.ConfigMap(
+            f"{name}-device-plugin-config",
+            kubernetes.core.v1.ConfigMapInitArgs(
+                metadata=kubernetes.meta.v1.ObjectMetaArgs(name=dp.name, namespace=ns.metadata.name),
+                data=dp.data,
+            ),
+            opts=child,
+        )
+        mig = mig_config(spec)
+        mig_name: pulumi.Output[str] = pulumi.Output.from_input("")
+        if mig.custom:
+            mig_map = kubernetes.core.v1.ConfigMap(
+                f"{name}-mig-config",
+                kubernetes.core.v1.ConfigMapInitArgs(
+                    metadata=kubernetes.meta.v1.ObjectMetaArgs(name=mig.name, namespace=ns.metadata.name),
+                    data=mig.data,
+                ),
+                opts=child,
+            )
+            mig_name = mig_map.metadata.apply(lambda m: m.name or "")
+        dp_name = dp_map.metadata.apply(lambda m: m.name or "")
+        values = pulumi.Output.all(dp_name, mig_name).apply(
+            lambda names: operator_values(
+                spec,
+                device_plugin_config=names[0],
+                device_plugin_default=dp.default,
+                mig_config=names[1] or None,
+            )
+        )
+        release = kubernetes.helm.v3.Release(
+            f"{name}-release",
+            kubernetes.helm.v3.ReleaseArgs(
+                name="gpu-operator",
+                chart="gpu-operator",
+                version=op.chart_version,
+                repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
+                namespace=ns.metadata.name,
+                values=values,
+                # atomic rolls a failed upgrade back; the operator's validator pods take minutes on first install.
+                atomic=True,
+                cleanup_on_fail=True,
+                timeout=900,
+                max_history=10,
+            ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+        )
+        self.namespace = ns.metadata.apply(lambda m: m.name or "")
+        self.device_plugin_config = dp_name
+        self.mig_config = mig_name
+        self.release_status = release.status.apply(lambda s: s.status or "")
+        self.register_outputs(
+            {
+                "namespace": self.namespace,
+                "devicePluginConfig": self.device_plugin_config,
+                "migConfig": self.mig_config,
+                "releaseStatus": self.release_status,
+            }
+        )

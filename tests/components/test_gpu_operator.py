@@ -1,0 +1,129 @@
+"""GpuOperator and GpuNodeLabels under mocks: names, ordering, values from ConfigMap names, content addressing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.testing import Recording, run
+from stacks.build import build
+from stacks.config import load
+from tests.support import base_spec, stack_config
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+NODE_PATCH = "kubernetes:core/v1:NodePatch"
+
+
+def plan(raw: dict[str, Any]) -> Recording:
+    config, keys = stack_config(raw)
+    return run(lambda: build(*load()), config=config, secret_keys=keys)
+
+
+def test_children_are_named_and_parented() -> None:
+    rec = plan(base_spec())
+    operator = rec.one("proxmox-gpu-cluster:gpu_operator:GpuOperator")
+    children = {r.name: r.type for r in rec.children(operator)}
+    assert children == {
+        "gpu-operator-namespace": "kubernetes:core/v1:Namespace",
+        "gpu-operator-device-plugin-config": CONFIG_MAP,
+        "gpu-operator-mig-config": CONFIG_MAP,
+        "gpu-operator-release": RELEASE,
+    }
+    labels = rec.one("proxmox-gpu-cluster:gpu_node:GpuNodeLabels")
+    assert sorted(r.name for r in rec.children(labels)) == ["gpu-nodes-mig-1", "gpu-nodes-mig-2", "gpu-nodes-ts-1"]
+    k8s = rec.one("pulumi:providers:kubernetes")
+    assert all(r.provider == k8s.urn for r in rec.resources if r.type.startswith("kubernetes:"))
+
+
+def test_release_waits_for_labels_and_configmaps() -> None:
+    rec = plan(base_spec())
+    release = rec.one(RELEASE)
+    for patch in rec.of_type(NODE_PATCH):
+        assert rec.depends_on(release, patch)
+    for cm in rec.of_type(CONFIG_MAP):
+        assert rec.depends_on(release, cm)
+    assert not rec.depends_on(rec.of_type(NODE_PATCH)[0], release)
+
+
+def test_release_inputs_and_values() -> None:
+    rec = plan(base_spec())
+    release = rec.one(RELEASE).plain_inputs
+    assert release["chart"] == "gpu-operator" and release["version"] == "v26.7.0"
+    assert release["repositoryOpts"] == {"repo": "https://helm.ngc.nvidia.com/nvidia"}
+    assert release["atomic"] is True and release["namespace"] == "gpu-operator"
+    dp = rec.named("gpu-operator-device-plugin-config").plain_inputs
+    mig = rec.named("gpu-operator-mig-config").plain_inputs
+    values = release["values"]
+    assert values["devicePlugin"]["config"] == {"name": dp["metadata"]["name"], "default": "default", "create": False}
+    assert values["migManager"]["config"]["name"] == mig["metadata"]["name"]
+    assert values["driver"] == {"enabled": False} and values["toolkit"] == {"enabled": False}
+
+
+def test_namespace_is_privileged() -> None:
+    ns = plan(base_spec()).one("kubernetes:core/v1:Namespace").plain_inputs
+    assert ns["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "privileged"}
+
+
+def test_node_patches() -> None:
+    raw = base_spec()
+    raw["workers"][0]["taint"] = True
+    rec = plan(raw)
+    mig1 = rec.named("gpu-nodes-mig-1").plain_inputs
+    assert mig1["metadata"]["name"] == "mig-1"
+    assert mig1["metadata"]["annotations"] == {"pulumi.com/patchForce": "true"}
+    assert mig1["metadata"]["labels"] == {
+        "nvidia.com/device-plugin.config": "default",
+        "nvidia.com/gpu.workload.config": "container",
+        "nvidia.com/mig.config": "all-1g.5gb",
+        "proxmox-gpu-cluster.io/accelerator": "A100-PCIE-40GB",
+    }
+    assert mig1["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    ts1 = rec.named("gpu-nodes-ts-1").plain_inputs
+    assert ts1["metadata"]["labels"]["nvidia.com/device-plugin.config"].startswith("time-slicing-4-")
+    assert "nvidia.com/mig.config" not in ts1["metadata"]["labels"]
+    assert "spec" not in ts1 or not ts1["spec"].get("taints")
+
+
+def test_changing_replicas_changes_only_configmap_name_and_values() -> None:
+    before = plan(base_spec())
+    raw = base_spec()
+    raw["workers"][2]["timeSlicing"]["replicas"] = 8
+    after = plan(raw)
+    changed = {
+        r.name
+        for r in after.resources
+        if r.type != "pulumi:pulumi:Stack" and r.plain_inputs != before.named(r.name).plain_inputs
+    }
+    # the ConfigMap (new content-addressed name), the release values that carry it, the one node label
+    assert changed == {"gpu-operator-device-plugin-config", "gpu-operator-release", "gpu-nodes-ts-1"}
+    old_name = before.named("gpu-operator-device-plugin-config").plain_inputs["metadata"]["name"]
+    new_name = after.named("gpu-operator-device-plugin-config").plain_inputs["metadata"]["name"]
+    assert old_name != new_name
+    assert after.one(RELEASE).plain_inputs["values"]["devicePlugin"]["config"]["name"] == new_name
+
+
+def test_operator_can_be_disabled() -> None:
+    raw = base_spec()
+    raw["gpuOperator"]["enabled"] = False
+    rec = plan(raw)
+    assert rec.of_type(RELEASE) == [] and rec.of_type(NODE_PATCH) == []
+
+
+@pytest.mark.parametrize("version", ["1.33", "1.34"])
+def test_builtin_objects_pass_kubernetes_validate_strict(version: str) -> None:
+    import kubernetes_validate
+
+    rec = plan(base_spec())
+    kinds = {"kubernetes:core/v1:Namespace": "Namespace", CONFIG_MAP: "ConfigMap"}
+    checked = 0
+    for r in rec.resources:
+        if r.type in kinds:
+            kubernetes_validate.validate(r.plain_inputs, version, strict=True)
+            checked += 1
+    assert checked == 3
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "datas": {}}, version, strict=True
+        )
