@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.sharing import node_labels
+from components.sharing import device_plugin_config, mig_config, node_labels
 from components.spec import ClusterSpec, Worker
 
 
@@ -29,6 +29,7 @@ class GpuNodeLabels(pulumi.ComponentResource):
     ) -> None:
         super().__init__("proxmox-gpu-cluster:gpu_node:GpuNodeLabels", name, None, opts)
         names: list[str] = []
+        dp, mig = device_plugin_config(spec), mig_config(spec)
         for worker in workers:
             taints = (
                 [kubernetes.core.v1.TaintPatchArgs(key="nvidia.com/gpu", value="true", effect="NoSchedule")]
@@ -40,7 +41,7 @@ class GpuNodeLabels(pulumi.ComponentResource):
                 kubernetes.core.v1.NodePatchArgs(
                     metadata=kubernetes.meta.v1.ObjectMetaPatchArgs(
                         name=worker.name,
-                        labels=node_labels(spec, worker),
+                        labels=node_labels(spec, worker, dp, mig),
                         # The operator writes nvidia.com/mig.config=all-disabled on unlabelled MIG-capable nodes;
                         # force our field ownership instead of failing on the SSA conflict.
                         annotations={"pulumi.com/patchForce": "true"},

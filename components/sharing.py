@@ -183,8 +183,10 @@ def mig_config(spec: ClusterSpec) -> MigConfig:
 ACCELERATOR_LABEL = "proxmox-gpu-cluster.io/accelerator"
 
 
-def node_labels(spec: ClusterSpec, worker: Worker) -> dict[str, str]:
+def node_labels(spec: ClusterSpec, worker: Worker, dp: DevicePluginConfig, mig: MigConfig) -> dict[str, str]:
     """Labels a GPU worker node gets before the operator is installed.
+
+    ``dp`` and ``mig`` are ``device_plugin_config(spec)`` and ``mig_config(spec)``, computed once per cluster.
 
     ``nvidia.com/mig.config`` is set on every node with a MIG-capable GPU: without it the operator labels the
     node ``all-disabled`` itself, which would fight any later change (hence patchForce on the NodePatch).
@@ -194,8 +196,8 @@ def node_labels(spec: ClusterSpec, worker: Worker) -> dict[str, str]:
     if models:
         labels[ACCELERATOR_LABEL] = max(sorted(set(models)), key=models.count)
     if worker.workload == "container":
-        labels["nvidia.com/device-plugin.config"] = device_plugin_config(spec).node_config[worker.name]
-        mig = mig_config(spec).node_config.get(worker.name)
-        if mig is not None:
-            labels["nvidia.com/mig.config"] = mig
+        labels["nvidia.com/device-plugin.config"] = dp.node_config[worker.name]
+        mig_label = mig.node_config.get(worker.name)
+        if mig_label is not None:
+            labels["nvidia.com/mig.config"] = mig_label
     return dict(sorted(labels.items()))
