@@ -54,25 +54,21 @@ class GpuOperator(pulumi.ComponentResource):
             opts=child,
         )
         dp = device_plugin_config(spec)
-        dp_map = kubernetes.core.v1.ConfigMap(
-            f"{name}-device-plugin-config",
-            kubernetes.core.v1.ConfigMapInitArgs(
-                metadata=kubernetes.meta.v1.ObjectMetaArgs(name=dp.name, namespace=ns.metadata.name),
-                data=dp.data,
-            ),
-            opts=child,
-        )
-        mig = mig_config(spec)
-        mig_name: pulumi.Output[str] = pulumi.Output.from_input("")
-        if mig.custom:
-            mig_map = kubernetes.core.v1.ConfigMap(
-                f"{name}-mig-config",
+
+        def config_map(role: str, cm_name: str, data: dict[str, str]) -> kubernetes.core.v1.ConfigMap:
+            return kubernetes.core.v1.ConfigMap(
+                f"{name}-{role}",
                 kubernetes.core.v1.ConfigMapInitArgs(
-                    metadata=kubernetes.meta.v1.ObjectMetaArgs(name=mig.name, namespace=ns.metadata.name),
-                    data=mig.data,
+                    metadata=kubernetes.meta.v1.ObjectMetaArgs(name=cm_name, namespace=ns.metadata.name), data=data
                 ),
                 opts=child,
             )
+
+        dp_map = config_map("device-plugin-config", dp.name, dp.data)
+        mig = mig_config(spec)
+        mig_name: pulumi.Output[str] = pulumi.Output.from_input("")
+        if mig.custom:
+            mig_map = config_map("mig-config", mig.name, mig.data)
             mig_name = mig_map.metadata.apply(lambda m: m.name or "")
         dp_name = dp_map.metadata.apply(lambda m: m.name or "")
         values = pulumi.Output.all(dp_name, mig_name).apply(
