@@ -83,3 +83,19 @@ def cluster_capacity(spec: ClusterSpec) -> dict[str, int]:
     for row in capacity_table(spec):
         total.update(row.resources)
     return dict(sorted(total.items()))
+
+
+def quota_hard(resources: dict[str, int]) -> dict[str, str]:
+    """ResourceQuota ``spec.hard`` for extended resources: Kubernetes allows only the ``requests.`` form."""
+    return {f"requests.{name}": str(count) for name, count in sorted(resources.items())}
+
+
+def quota_warnings(spec: ClusterSpec) -> list[str]:
+    """Quotas larger than what the whole cluster advertises (legal, but a sign of a typo)."""
+    total = cluster_capacity(spec)
+    return [
+        f"quotas[{i}] ({q.namespace}): {name} {count} exceeds the cluster's capacity of {total.get(name, 0)}"
+        for i, q in enumerate(spec.quotas)
+        for name, count in sorted(q.resources.items())
+        if count > total.get(name, 0)
+    ]

@@ -15,6 +15,7 @@ import pulumi_proxmoxve as proxmoxve
 from components.capacity import WorkerCapacity, capacity_table
 from components.gpu_node import GpuNodeLabels
 from components.gpu_operator import GpuOperator
+from components.gpu_quota import GpuQuotas
 from components.spec import ClusterSpec
 from stacks.config import Secrets
 
@@ -72,6 +73,8 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
     if spec.gpu_operator.enabled:
         labels = GpuNodeLabels("gpu-nodes", spec, list(spec.workers), provider=providers.kubernetes)
         GpuOperator("gpu-operator", spec, provider=providers.kubernetes, depends_on=[labels])
+    if spec.quotas:
+        GpuQuotas("gpu-quotas", spec, provider=providers.kubernetes)
     return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec))
 
 
