@@ -23,10 +23,14 @@ DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
 MIG_DISABLED = "all-disabled"
 
 
+def short_hash(text: str, length: int = 10) -> str:
+    """A short, stable hash of ``text``."""
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
 def content_hash(data: Mapping[str, str], length: int = 10) -> str:
     """A short, stable hash of ConfigMap data."""
-    canonical = json.dumps(dict(data), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:length]
+    return short_hash(json.dumps(dict(data), sort_keys=True, separators=(",", ":")), length)
 
 
 def content_name(base: str, data: Mapping[str, str]) -> str:
@@ -75,7 +79,7 @@ def _time_slicing_entry(spec: ClusterSpec, worker: Worker) -> tuple[str, str] | 
     }
     text = _dump(document)
     # A readable name, plus a content hash so different resource lists never share a name.
-    name = f"time-slicing-{ts.replicas}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    name = f"time-slicing-{ts.replicas}-{short_hash(text, 8)}"
     return name, text
 
 

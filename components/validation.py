@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
+from components.capacity import cluster_capacity
 from components.catalog import CATALOG, GpuModel
 from components.errors import Problem
-from components.inventory import effective_mig, find_host_gpu
+from components.inventory import effective_mig, find_host_gpu, worker_gpus
 from components.mig import geometry_problems
 from components.spec import ClusterSpec, MigConfig, Worker
 
@@ -211,8 +212,6 @@ def _mig_strategy(spec: ClusterSpec) -> list[Problem]:
     """Under the single strategy every GPU of a node must be split into one profile only."""
     if spec.gpu_operator.mig_strategy != "single":
         return []
-    from components.inventory import worker_gpus  # noqa: PLC0415 (keeps the import graph flat)
-
     out: list[Problem] = []
     for i, w in enumerate(spec.workers):
         if w.sharing != "mig" or w.node not in {n.name for n in spec.proxmox.nodes}:
@@ -233,8 +232,6 @@ def _mig_strategy(spec: ClusterSpec) -> list[Problem]:
 
 
 def _quotas(spec: ClusterSpec) -> list[Problem]:
-    from components.capacity import cluster_capacity  # noqa: PLC0415 (capacity imports inventory)
-
     advertised = cluster_capacity(spec)
     out: list[Problem] = []
     for q_i, quota in enumerate(spec.quotas):
