@@ -182,7 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(err.lines), file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(plan_document(args.stack, recording, capacity), indent=2, sort_keys=False, default=str))
+        # Input key order comes from the mock engine's async serialization and differs between runs; sorting
+        # makes the plan byte-identical across processes, so CI can diff it.
+        print(json.dumps(plan_document(args.stack, recording, capacity), indent=2, sort_keys=True, default=str))
     else:
         print(render_text(args.stack, recording, capacity), end="")
     if args.out:

@@ -63,6 +63,17 @@ def test_plan_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == first
 
 
+def test_json_plan_is_byte_identical_across_processes() -> None:
+    def plan_json() -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "stacks.plan", "dev", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        return proc.stdout
+
+    outputs = {plan_json() for _ in range(3)}
+    assert len(outputs) == 1
+
+
 def test_out_writes_one_yaml_per_resource(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "plan"
     assert main(["dev", "--out", str(out)]) == 0
