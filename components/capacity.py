@@ -3,19 +3,23 @@
 The rules follow the NVIDIA device plugins: whole GPUs are ``nvidia.com/gpu``; time-slicing multiplies the
 count by ``replicas`` (``<name>.shared`` with renameByDefault); MIG instances are ``nvidia.com/mig-<profile>``
 under the mixed strategy and ``nvidia.com/gpu`` under single; the sandbox device plugin advertises
-passthrough GPUs by their pci.ids name and vGPUs as ``nvidia.com/NVIDIA_<type>``.
+passthrough GPUs by their pci.ids name and vGPUs as ``nvidia.com/NVIDIA_<type>``. DRA nodes advertise no
+extended resources: their GPUs are ResourceSlice devices of the DeviceClasses ``gpu.nvidia.com`` (whole GPUs)
+and ``mig.nvidia.com`` (MIG instances), listed separately as ``devices``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from components.catalog import CATALOG, MigProfile
 from components.inventory import worker_gpus
 from components.spec import ClusterSpec, Worker
 
 GPU = "nvidia.com/gpu"
+DRA_GPU = "gpu.nvidia.com"
+DRA_MIG = "mig.nvidia.com"
 
 
 @dataclass(frozen=True)
@@ -34,13 +38,20 @@ class WorkerCapacity:
     """none, time-slicing or mig."""
     resources: dict[str, int]
     """Extended resource -> quantity the node advertises."""
+    devices: dict[str, int] = field(default_factory=dict)
+    """DRA DeviceClass -> devices the node publishes (DRA nodes only)."""
 
 
 def worker_capacity(spec: ClusterSpec, worker: Worker) -> WorkerCapacity:
     """The capacity row of one worker of a valid spec."""
     gpus = worker_gpus(spec, worker)
     resources: Counter[str] = Counter()
-    if worker.workload == "vm-passthrough":
+    devices: Counter[str] = Counter()
+    if worker.dra and worker.workload == "container":
+        for g in gpus:
+            geometry = g.mig_geometry
+            devices[DRA_MIG if geometry else DRA_GPU] += sum(geometry.values()) if geometry else 1
+    elif worker.workload == "vm-passthrough":
         for g in gpus:
             resources[g.model.sandbox_resource_name] += 1
     elif worker.workload == "vm-vgpu" and worker.vgpu_type is not None:
@@ -69,6 +80,7 @@ def worker_capacity(spec: ClusterSpec, worker: Worker) -> WorkerCapacity:
         workload=worker.workload,
         sharing=worker.sharing,
         resources=dict(sorted(resources.items())),
+        devices=dict(sorted(devices.items())),
     )
 
 
@@ -83,6 +95,19 @@ def cluster_capacity(spec: ClusterSpec) -> dict[str, int]:
     for row in capacity_table(spec):
         total.update(row.resources)
     return dict(sorted(total.items()))
+
+
+def smoke_test_resource(spec: ClusterSpec) -> str | None:
+    """The resource the smoke-test Job requests: a whole GPU if any container node advertises one, otherwise
+    the shared or MIG resource with the most units (the likeliest to be free); None when there is none."""
+    total: Counter[str] = Counter()
+    for row in capacity_table(spec):
+        if row.workload == "container":
+            total.update(row.resources)
+    for preferred in (GPU, f"{GPU}.shared"):
+        if total[preferred]:
+            return preferred
+    return min(total, key=lambda name: (-total[name], name)) if total else None
 
 
 def quota_hard(resources: dict[str, int]) -> dict[str, str]:

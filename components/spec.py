@@ -18,6 +18,7 @@ from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from components.catalog import CATALOG
 from components.errors import Problem, SpecError, SpecViolations, problems_from_validation_error
+from components.operator_spec import DcgmMetric, DraSpec, GpuOperatorSpec, MonitoringSpec, SmokeTestSpec
 from components.spec_base import (
     EXTENDED_RESOURCE,
     GpuModelKey,
@@ -30,8 +31,9 @@ from components.spec_base import (
 from components.worker_spec import GpuAssignment, Image, Network, TimeSlicing, Worker
 
 __all__ = [
-    "ClusterSpec", "GpuAssignment", "GpuOperatorSpec", "HostGpu", "Image", "KubeVirtSpec", "KubernetesSpec",
-    "MigConfig", "Network", "ProxmoxNode", "ProxmoxSpec", "Quota", "TimeSlicing", "Worker", "load_spec",
+    "ClusterSpec", "DcgmMetric", "DraSpec", "GpuAssignment", "GpuOperatorSpec", "HostGpu", "Image", "KubeVirtSpec",
+    "KubernetesSpec", "MigConfig", "MonitoringSpec", "Network", "ProxmoxNode", "ProxmoxSpec", "Quota",
+    "SmokeTestSpec", "TimeSlicing", "Worker", "load_spec",
 ]  # fmt: skip
 
 
@@ -126,38 +128,6 @@ class KubernetesSpec(SpecModel):
     def minor(self) -> int:
         """The minor version number (34 for ``1.34``)."""
         return int(self.version.split(".")[1])
-
-
-class GpuOperatorSpec(SpecModel):
-    """The NVIDIA GPU Operator release and the GPU software stack on the workers."""
-
-    enabled: bool = Field(default=True, description="Install the GPU Operator.")
-    chart_version: Literal["v26.7.0", "v25.10.1"] = Field(default="v26.7.0", description="Chart version.")
-    namespace: Name = Field(default="gpu-operator", description="Namespace of the operator.")
-    driver_mode: Literal["host", "operator"] = Field(
-        default="host",
-        description="host: the guest bootstrap installs the driver; operator: a driver container.",
-    )
-    driver_branch: str = Field(default="580", pattern=r"^\d{3}$", description="Driver branch, e.g. ``580``.")
-    driver_version: str | None = Field(
-        default=None, pattern=r"^\d{3}\.\d{1,3}(\.\d{1,3})?$", description="Exact driver version to pin."
-    )
-    kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
-        default="auto", description="Open or proprietary kernel modules; auto lets the driver choose."
-    )
-    cdi: bool = Field(default=False, description="Use the Container Device Interface.")
-    dcgm: bool = Field(default=True, description="Deploy the DCGM exporter.")
-    mig_strategy: Literal["none", "single", "mixed"] = Field(
-        default="none",
-        description="How MIG devices are advertised: as nvidia.com/gpu (single) or per profile.",
-    )
-    nfd: bool = Field(default=True, description="Deploy Node Feature Discovery; off when the cluster has it.")
-
-    @model_validator(mode="after")
-    def _version_in_branch(self) -> GpuOperatorSpec:
-        if self.driver_version is not None and self.driver_version.split(".")[0] != self.driver_branch:
-            raise ValueError(f"driverVersion {self.driver_version} is not on branch {self.driver_branch}")
-        return self
 
 
 class KubeVirtSpec(SpecModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from components.capacity import cluster_capacity
+from components.capacity import cluster_capacity, smoke_test_resource
 from components.catalog import CATALOG, GpuModel
 from components.errors import Problem
 from components.inventory import effective_mig, find_host_gpu, worker_gpus
@@ -18,6 +18,10 @@ from components.spec import ClusterSpec, MigConfig, Worker
 
 MAX_HOSTPCI = 16
 """Proxmox VE offers hostpci0..hostpci15 per VM (qm.conf(5))."""
+DRA_MIN_KUBERNETES_MINOR = 34
+"""resource.k8s.io/v1 (DRA GA) is served from Kubernetes 1.34; the NVIDIA DRA driver requires it."""
+DRA_MIN_DRIVER_BRANCH = 580
+"""The NVIDIA DRA driver for GPUs requires driver 580 or later (NVIDIA GPU Operator DRA docs)."""
 
 T = TypeVar("T")
 
@@ -28,9 +32,12 @@ def cross_check(spec: ClusterSpec) -> list[Problem]:
     for i, worker in enumerate(spec.workers):
         problems.extend(_worker(spec, i, worker))
     problems.extend(_mig_strategy(spec))
+    problems.extend(_dra(spec))
     if not problems:
-        # Quotas are judged against the capacity table, which is only meaningful for an otherwise valid spec.
+        # Quotas and the smoke test are judged against the capacity table, which is only meaningful for an
+        # otherwise valid spec.
         problems.extend(_quotas(spec))
+        problems.extend(_smoke_test(spec))
     return problems
 
 
@@ -245,3 +252,46 @@ def _quotas(spec: ClusterSpec) -> list[Problem]:
                     )
                 )
     return out
+
+
+def _dra(spec: ClusterSpec) -> list[Problem]:
+    """DRA needs Kubernetes 1.34 (resource.k8s.io/v1) and driver branch 580; it replaces the device plugin."""
+    dra = [i for i, w in enumerate(spec.workers) if w.dra]
+    if not dra:
+        return []
+    first = f"workers[{dra[0]}].dra"
+    out: list[Problem] = []
+    if spec.kubernetes.minor < DRA_MIN_KUBERNETES_MINOR:
+        out.append(
+            Problem(
+                "kubernetes.version", f"DRA ({first}) needs Kubernetes 1.34 or later (is {spec.kubernetes.version})"
+            )
+        )
+    branch = spec.gpu_operator.driver_branch
+    if int(branch) < DRA_MIN_DRIVER_BRANCH:
+        out.append(Problem("gpuOperator.driverBranch", f"DRA ({first}) needs driver branch 580 or later (is {branch})"))
+    for i in dra:
+        w = spec.workers[i]
+        if w.workload != "container":
+            out.append(
+                Problem(f"workers[{i}].dra", f"DRA serves containers; {w.workload} nodes use the sandbox plugins")
+            )
+        elif w.sharing == "time-slicing":
+            out.append(
+                Problem(
+                    f"workers[{i}].sharing",
+                    "time-slicing configures the device plugin, which DRA nodes do not run; use MIG or DRA claims",
+                )
+            )
+    return out
+
+
+def _smoke_test(spec: ClusterSpec) -> list[Problem]:
+    if spec.gpu_operator.smoke_test.enabled and smoke_test_resource(spec) is None:
+        return [
+            Problem(
+                "gpuOperator.smokeTest.enabled",
+                "no worker advertises a container GPU resource the smoke-test Job could request",
+            )
+        ]
+    return []

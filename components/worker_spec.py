@@ -118,6 +118,11 @@ class Worker(SpecModel):
     vgpu_type: str | None = Field(
         default=None, pattern=r"^[A-Z0-9]+-\d+[QCBA]$", description="vGPU type for vm-vgpu, e.g. ``A10-24Q``."
     )
+    dra: bool = Field(
+        default=False,
+        description="Allocate this node's GPUs with the NVIDIA DRA driver instead of the device plugin "
+        "(Kubernetes 1.34+, driver branch 580+).",
+    )
     taint: bool = Field(default=False, description="Taint the node nvidia.com/gpu=true:NoSchedule.")
     protect: bool = Field(default=False, description="Protect the VM from deletion by Pulumi.")
     on_boot: bool = Field(default=True, description="Start the VM when its Proxmox node boots.")

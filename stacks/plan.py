@@ -121,7 +121,9 @@ def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapac
     rows = [("WORKER", "PROXMOX NODE", "GPUS", "WORKLOAD", "SHARING", "ADVERTISES")]
     for row in capacity:
         gpus = ", ".join(f"{n} x {m}" for m, n in row.gpus.items())
-        advertises = ", ".join(f"{k}: {v}" for k, v in row.resources.items())
+        advertises = ", ".join(
+            [f"{k}: {v}" for k, v in row.resources.items()] + [f"{k}: {v} (DRA)" for k, v in row.devices.items()]
+        )
         rows.append((row.worker, row.node, gpus, row.workload, row.sharing, advertises))
     widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]) - 1)]
     for cells in rows:
