@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import pulumi
 import pulumi_kubernetes as kubernetes
 
@@ -12,7 +14,8 @@ from components.spec import ClusterSpec, Worker
 class GpuNodeLabels(pulumi.ComponentResource):
     """A NodePatch per GPU worker with the operator's config labels and the optional GPU taint.
 
-    Works for any existing node by name (bare metal too); for VM workers, pass the join step in ``opts``.
+    Works for any existing node by name (bare metal too). For VM workers, pass each node's join step in
+    ``node_ready`` (worker name -> resources): that node's patch waits for it, other nodes do not.
     """
 
     nodes: pulumi.Output[list[str]]
@@ -25,6 +28,7 @@ class GpuNodeLabels(pulumi.ComponentResource):
         workers: list[Worker],
         *,
         provider: kubernetes.Provider,
+        node_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("proxmox-gpu-cluster:gpu_node:GpuNodeLabels", name, None, opts)
@@ -48,7 +52,9 @@ class GpuNodeLabels(pulumi.ComponentResource):
                     ),
                     spec=kubernetes.core.v1.NodeSpecPatchArgs(taints=taints) if taints else None,
                 ),
-                opts=pulumi.ResourceOptions(parent=self, provider=provider),
+                opts=pulumi.ResourceOptions(
+                    parent=self, provider=provider, depends_on=list((node_ready or {}).get(worker.name, ()))
+                ),
             )
             names.append(worker.name)
         self.nodes = pulumi.Output.from_input(names)

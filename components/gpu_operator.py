@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components.dcgm import metrics_config_data, metrics_config_name
 from components.operator_values import operator_values
 from components.sharing import device_plugin_config, mig_config
 from components.spec import ClusterSpec
@@ -27,6 +28,8 @@ class GpuOperator(pulumi.ComponentResource):
     """Name of the device-plugin ConfigMap (content-addressed)."""
     mig_config: pulumi.Output[str]
     """Name of the custom mig-parted ConfigMap, or "" when only the operator's built-in configs are used."""
+    dcgm_metrics_config: pulumi.Output[str]
+    """Name of the DCGM exporter metrics ConfigMap (content-addressed), or "" without the exporter."""
     release_status: pulumi.Output[str]
     """Helm release status."""
 
@@ -70,13 +73,19 @@ class GpuOperator(pulumi.ComponentResource):
         if mig.custom:
             mig_map = config_map("mig-config", mig.name, mig.data)
             mig_name = mig_map.metadata.apply(lambda m: m.name or "")
+        dcgm_name: pulumi.Output[str] = pulumi.Output.from_input("")
+        if op.dcgm:
+            metrics = metrics_config_data(spec)
+            dcgm_map = config_map("dcgm-metrics", metrics_config_name(metrics), metrics)
+            dcgm_name = dcgm_map.metadata.apply(lambda m: m.name or "")
         dp_name = dp_map.metadata.apply(lambda m: m.name or "")
-        values = pulumi.Output.all(dp_name, mig_name).apply(
+        values = pulumi.Output.all(dp_name, mig_name, dcgm_name).apply(
             lambda names: operator_values(
                 spec,
                 device_plugin_config=names[0],
                 device_plugin_default=dp.default,
                 mig_config=names[1] or None,
+                dcgm_metrics_config=names[2] or None,
             )
         )
         release = kubernetes.helm.v3.Release(
@@ -99,12 +108,14 @@ class GpuOperator(pulumi.ComponentResource):
         self.namespace = ns.metadata.apply(lambda m: m.name or "")
         self.device_plugin_config = dp_name
         self.mig_config = mig_name
+        self.dcgm_metrics_config = dcgm_name
         self.release_status = release.status.apply(lambda s: s.status or "")
         self.register_outputs(
             {
                 "namespace": self.namespace,
                 "devicePluginConfig": self.device_plugin_config,
                 "migConfig": self.mig_config,
+                "dcgmMetricsConfig": self.dcgm_metrics_config,
                 "releaseStatus": self.release_status,
             }
         )

@@ -13,10 +13,18 @@ from typing import Any
 
 from components.spec import ClusterSpec
 
+DRA_NODE_LABEL = "nvidia.com/dra-kubelet-plugin"
+"""Node label the DRA kubelet plugin selects, and the driver manager's pod-eviction label."""
+
 
 def uses_mig(spec: ClusterSpec) -> bool:
     """Whether any container worker shares its GPUs with MIG."""
     return any(w.sharing == "mig" and w.workload == "container" for w in spec.workers)
+
+
+def uses_dra(spec: ClusterSpec) -> bool:
+    """Whether any container worker hands its GPUs to the DRA driver."""
+    return any(w.dra and w.workload == "container" for w in spec.workers)
 
 
 def operator_values(
@@ -56,6 +64,38 @@ def operator_values(
         }
     if mig_config is not None and uses_mig(spec):
         values["migManager"]["config"] = {"name": mig_config, "create": False, "default": "all-disabled"}
+    if op.dcgm:
+        # Always explicit: the chart's default flipped from false (v25.10.1) to true (v26.7.0), and with
+        # monitoring.prometheus the GpuMonitoring component owns the ServiceMonitor; two would scrape twice.
+        values["dcgmExporter"]["serviceMonitor"] = {"enabled": False}
     if dcgm_metrics_config is not None and op.dcgm:
         values["dcgmExporter"]["config"] = {"name": dcgm_metrics_config}
+    if uses_dra(spec):
+        containers = [w for w in spec.workers if w.workload == "container"]
+        if all(w.dra for w in containers):
+            # No node needs the device plugin (NVIDIA's documented DRA install); mixed clusters switch it off
+            # per node with the nvidia.com/gpu.deploy.device-plugin=false label instead.
+            values["devicePlugin"] = {**values.get("devicePlugin", {}), "enabled": False}
+        if not host_driver:
+            # Let the driver manager evict DRA-driver pods (not only device-plugin pods) on driver upgrades.
+            eviction = {"name": "NODE_LABEL_FOR_GPU_POD_EVICTION", "value": DRA_NODE_LABEL}
+            values["driver"]["manager"] = {"env": [eviction]}
     return values
+
+
+def dra_values(spec: ClusterSpec) -> dict[str, Any]:
+    """Values for the ``nvidia-dra-driver-gpu`` chart (checked against its values.yaml by hand: the shared
+    reference holds only the gpu-operator chart)."""
+    return {
+        # Where the driver's files are: the host's root for a host-installed driver, the driver container's
+        # mount otherwise (values.yaml of nvidia-dra-driver-gpu).
+        "nvidiaDriverRoot": "/" if spec.gpu_operator.driver_mode == "host" else "/run/nvidia/driver",
+        # GPU allocation through DRA is gated behind this override in the 25.x charts.
+        "gpuResourcesEnabledOverride": True,
+        # ComputeDomains serve multi-node NVLink (GB200 NVL); a Proxmox passthrough worker has none.
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+        "kubeletPlugin": {
+            "nodeSelector": {DRA_NODE_LABEL: "true"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }

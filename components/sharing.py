@@ -17,6 +17,7 @@ import yaml
 from components.capacity import worker_capacity
 from components.catalog import CATALOG
 from components.inventory import worker_gpus
+from components.operator_values import DRA_NODE_LABEL
 from components.spec import ClusterSpec, Worker
 
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
@@ -199,8 +200,14 @@ def node_labels(spec: ClusterSpec, worker: Worker, dp: DevicePluginConfig, mig: 
     models = [g.model.key for g in worker_gpus(spec, worker)]
     if models:
         labels[ACCELERATOR_LABEL] = max(sorted(set(models)), key=models.count)
-    if worker.workload == "container":
+    if worker.workload == "container" and worker.dra:
+        # The DRA kubelet plugin runs where this label is; the operator skips its device plugin where the
+        # deploy label is false (operands are switched per node by nvidia.com/gpu.deploy.<operand>).
+        labels[DRA_NODE_LABEL] = "true"
+        labels["nvidia.com/gpu.deploy.device-plugin"] = "false"
+    elif worker.workload == "container":
         labels["nvidia.com/device-plugin.config"] = dp.node_config[worker.name]
+    if worker.workload == "container":
         mig_label = mig.node_config.get(worker.name)
         if mig_label is not None:
             labels["nvidia.com/mig.config"] = mig_label

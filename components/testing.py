@@ -94,6 +94,8 @@ class RecordedResource:
     delete_before_replace: bool
     retain_on_delete: bool
     id: str = ""
+    custom_timeouts: dict[str, str] = field(default_factory=dict)
+    """create/update/delete timeouts that were set (e.g. ``{"create": "660s"}``)."""
     outputs: dict[str, Any] = field(default_factory=dict)
     """Outputs registered with register_outputs (components) or returned by the mocks."""
 
@@ -184,6 +186,13 @@ class Recording:
         return False
 
 
+def _timeouts(request: Any) -> dict[str, str]:
+    if not request.HasField("customTimeouts"):
+        return {}
+    t = request.customTimeouts
+    return {k: v for k, v in (("create", t.create), ("update", t.update), ("delete", t.delete)) if v}
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks that echo inputs as outputs, with hooks to add provider-computed outputs and invoke results.
 
@@ -242,6 +251,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 delete_before_replace=bool(request.deleteBeforeReplace),
                 retain_on_delete=bool(request.retainOnDelete),
                 id=response.id,
+                custom_timeouts=_timeouts(request),
                 outputs=dict(state.state) if state is not None else {},
             )
         )

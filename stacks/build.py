@@ -13,9 +13,13 @@ import pulumi_kubernetes as kubernetes
 import pulumi_proxmoxve as proxmoxve
 
 from components.capacity import WorkerCapacity, capacity_table
+from components.dra_driver import DraDriver
+from components.gpu_monitoring import GpuMonitoring
 from components.gpu_node import GpuNodeLabels
 from components.gpu_operator import GpuOperator
 from components.gpu_quota import GpuQuotas
+from components.operator_values import uses_dra
+from components.smoke_test import GpuSmokeTest
 from components.spec import ClusterSpec
 from stacks.config import Secrets
 
@@ -70,11 +74,22 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
         kubernetes=kubernetes.Provider("kubernetes", kubernetes.ProviderArgs(kubeconfig=secrets.kubeconfig)),
         command=command.Provider("command"),
     )
-    if spec.gpu_operator.enabled:
-        labels = GpuNodeLabels("gpu-nodes", spec, list(spec.workers), provider=providers.kubernetes)
-        GpuOperator("gpu-operator", spec, provider=providers.kubernetes, depends_on=[labels])
+    k8s = providers.kubernetes
+    op = spec.gpu_operator
+    gpu_stack: list[pulumi.Resource] = []
+    if op.enabled or uses_dra(spec):
+        gpu_stack.append(GpuNodeLabels("gpu-nodes", spec, list(spec.workers), provider=k8s))
+    if op.enabled:
+        operator = GpuOperator("gpu-operator", spec, provider=k8s, depends_on=gpu_stack)
+        gpu_stack.append(operator)
+        if op.monitoring.prometheus:
+            GpuMonitoring("gpu-monitoring", spec, provider=k8s, namespace=operator.namespace)
+        if op.smoke_test.enabled:
+            GpuSmokeTest("gpu-smoke-test", spec, provider=k8s, namespace=operator.namespace, depends_on=[operator])
+    if uses_dra(spec):
+        DraDriver("dra-driver", spec, provider=k8s, depends_on=gpu_stack)
     if spec.quotas:
-        GpuQuotas("gpu-quotas", spec, provider=providers.kubernetes)
+        GpuQuotas("gpu-quotas", spec, provider=k8s)
     return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec))
 
 

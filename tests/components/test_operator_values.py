@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.operator_values import operator_values
+from components.operator_values import dra_values, operator_values
 from components.spec import load_spec
 from tests.support import CHART_VERSIONS, base_spec, shared_reference
 
@@ -50,11 +50,24 @@ def chart_has(tag: str, path: str) -> bool:
     return True
 
 
+def with_dra(spec: dict[str, Any], which: str) -> None:
+    """Put the first worker (``some``) or every container worker (``all``) on DRA."""
+    if which == "none":
+        return
+    workers = spec["workers"] if which == "all" else spec["workers"][:1]
+    for w in workers:
+        w["dra"] = True
+        if w.get("sharing") == "time-slicing":
+            w.update(sharing="none", timeSlicing=None)
+    if which == "all":
+        spec["quotas"] = []
+
+
 def variants() -> list[tuple[str, dict[str, Any], dict[str, str | None]]]:
     out = []
-    for tag, mode, cdi, dcgm, nfd, strategy, names in itertools.product(
+    for tag, mode, cdi, dcgm, nfd, strategy, names, dra in itertools.product(
         CHART_VERSIONS, ["host", "operator"], [False, True], [False, True], [False, True], ["single", "mixed"],
-        [False, True],
+        [False, True], ["none", "some", "all"],
     ):  # fmt: skip
         spec = base_spec()
         spec["gpuOperator"] = {
@@ -65,6 +78,7 @@ def variants() -> list[tuple[str, dict[str, Any], dict[str, str | None]]]:
             spec["workers"][1]["gpus"] = [{"ref": "a100-1", "mig": "all-3g.20gb"}]
             spec["workers"][1]["mig"] = None
             spec["quotas"] = []
+        with_dra(spec, dra)
         cm = {"device_plugin_config": "dp-1", "device_plugin_default": "default", "mig_config": "mig-1",
               "dcgm_metrics_config": "metrics-1"} if names else {}  # fmt: skip
         out.append((tag, spec, cm))
@@ -86,7 +100,8 @@ def test_every_values_path_exists_in_the_chart(tag: str, raw: dict[str, Any], na
 def test_variants_cover_the_optional_paths() -> None:
     seen = {p for _, raw, names in VARIANTS for p in leaf_paths(operator_values(load_spec(raw), **names))}  # type: ignore[arg-type]
     assert {"devicePlugin.config.name", "migManager.config.name", "dcgmExporter.config.name", "driver.version",
-            "driver.kernelModuleType"} <= seen  # fmt: skip
+            "driver.kernelModuleType", "dcgmExporter.serviceMonitor.enabled", "devicePlugin.enabled",
+            "driver.manager.env"} <= seen  # fmt: skip
 
 
 def test_a_mistyped_path_would_be_caught() -> None:
@@ -117,3 +132,47 @@ def test_values_are_deterministic() -> None:
     spec = load_spec(base_spec())
     assert operator_values(spec, mig_config="m") == operator_values(spec, mig_config="m")
     assert yaml.safe_dump(operator_values(spec)) == yaml.safe_dump(operator_values(load_spec(base_spec())))
+
+
+# Paths of nvidia-dra-driver-gpu's values.yaml (chart 25.x) that dra_values may set. The shared reference holds
+# only the gpu-operator chart, so this list is maintained by hand from the upstream chart.
+DRA_CHART_PATHS = {
+    "nvidiaDriverRoot", "gpuResourcesEnabledOverride", "resources.gpus.enabled", "resources.computeDomains.enabled",
+    "kubeletPlugin.nodeSelector.nvidia.com/dra-kubelet-plugin", "kubeletPlugin.tolerations",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["host", "operator"])
+def test_dra_values(mode: str) -> None:
+    raw = base_spec()
+    raw["gpuOperator"]["driverMode"] = mode
+    with_dra(raw, "some")
+    values = dra_values(load_spec(raw))
+    assert set(leaf_paths(values)) <= DRA_CHART_PATHS
+    assert values["nvidiaDriverRoot"] == ("/" if mode == "host" else "/run/nvidia/driver")
+    assert values["kubeletPlugin"]["nodeSelector"] == {"nvidia.com/dra-kubelet-plugin": "true"}
+    assert values["resources"]["gpus"] == {"enabled": True}
+
+
+def test_device_plugin_is_off_cluster_wide_only_when_every_node_uses_dra() -> None:
+    names = {"device_plugin_config": "dp", "device_plugin_default": "default"}
+    for which, enabled in (("none", None), ("some", None), ("all", False)):
+        raw = base_spec()
+        with_dra(raw, which)
+        assert operator_values(load_spec(raw), **names)["devicePlugin"].get("enabled") == enabled, which
+
+
+def test_driver_manager_evicts_dra_pods_in_operator_mode_only() -> None:
+    raw = base_spec()
+    with_dra(raw, "some")
+    assert "manager" not in operator_values(load_spec(raw))["driver"]
+    raw["gpuOperator"]["driverMode"] = "operator"
+    env = operator_values(load_spec(raw))["driver"]["manager"]["env"]
+    assert env == [{"name": "NODE_LABEL_FOR_GPU_POD_EVICTION", "value": "nvidia.com/dra-kubelet-plugin"}]
+
+
+def test_service_monitor_of_the_chart_is_always_off_with_dcgm() -> None:
+    # v26.7.0's chart default is true; ours is created by GpuMonitoring when monitoring.prometheus is set.
+    assert _load("v26.7.0", "values.yaml")["dcgmExporter"]["serviceMonitor"]["enabled"] is True
+    values = operator_values(load_spec(base_spec()))
+    assert values["dcgmExporter"] == {"enabled": True, "serviceMonitor": {"enabled": False}}
