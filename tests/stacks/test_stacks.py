@@ -1,0 +1,66 @@
+"""The shipped stacks: every Pulumi.<stack>.yaml validates and plans offline; what dev and prod contain."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from components.capacity import capacity_table
+from components.spec import ClusterSpec, load_spec
+from components.testing import Recording
+from stacks.config import raw_spec_from_stack_file
+from stacks.plan import plan
+from tests.support import ROOT
+
+STACKS = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
+
+
+def stack(name: str) -> tuple[ClusterSpec, Recording]:
+    document = yaml.safe_load((ROOT / f"Pulumi.{name}.yaml").read_text())
+    recording, _ = plan(name, document, ROOT / "__main__.py")
+    return load_spec(raw_spec_from_stack_file(document)), recording
+
+
+def names(rec: Recording, type_: str) -> list[str]:
+    return sorted(r.name for r in rec.of_type(type_))
+
+
+def test_there_are_dev_and_prod_stacks() -> None:
+    assert {"dev", "prod"} <= set(STACKS)
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_stack_validates_and_plans_without_warnings(name: str) -> None:
+    spec, rec = stack(name)
+    assert rec.stack.name == f"proxmox-gpu-cluster-{name}"
+    assert [m for level, m in rec.logs if level in ("warning", "error")] == []
+    assert rec.outputs["capacity"].keys() == {w.name for w in spec.workers}
+
+
+def test_dev_gets_the_operator_with_time_slicing() -> None:
+    spec, rec = stack("dev")
+    assert names(rec, "kubernetes:helm.sh/v3:Release") == ["gpu-operator-release"]
+    assert any(w.sharing == "time-slicing" for w in spec.workers)
+    dp = rec.named("gpu-operator-device-plugin-config").plain_inputs["data"]
+    assert any("timeSlicing" in v and "replicas: 4" in v for v in dp.values())
+
+
+def test_prod() -> None:
+    spec, rec = stack("prod")
+    assert len(spec.proxmox.nodes) == 2
+    assert all(w.protect for w in spec.workers)
+    rows = {row.worker: row for row in capacity_table(spec)}
+    a100 = [r for r in rows.values() if r.gpus == {"A100-PCIE-40GB": 1}]
+    assert {r.sharing for r in a100} == {"mig"} and len(a100) == 2
+    assert {"nvidia.com/mig-1g.5gb": 7} in [r.resources for r in a100]  # all-1g.5gb
+    assert {"nvidia.com/mig-1g.5gb": 2, "nvidia.com/mig-2g.10gb": 1, "nvidia.com/mig-3g.20gb": 1} in [
+        r.resources for r in a100
+    ]  # custom geometry
+    a10 = [r for r in rows.values() if "A10" in r.gpus]
+    assert a10 and {r.sharing for r in a10} == {"time-slicing"}
+    assert spec.gpu_operator.mig_strategy == "mixed"
+    assert names(rec, "kubernetes:core/v1:ResourceQuota") == ["gpu-quotas-ml-inference", "gpu-quotas-ml-research"]
+    assert names(rec, "kubernetes:monitoring.coreos.com/v1:ServiceMonitor") == ["gpu-monitoring-service-monitor"]
+    assert names(rec, "kubernetes:monitoring.coreos.com/v1:PrometheusRule") == ["gpu-monitoring-alerts"]
+    assert names(rec, "kubernetes:batch/v1:Job") == ["gpu-smoke-test-job"]
+    assert rec.named("gpu-operator-mig-config").plain_inputs["data"]  # the custom geometry's ConfigMap
