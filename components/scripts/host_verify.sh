@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Verify a Proxmox VE node after GPU host preparation (and its reboot): IOMMU on, interrupt remapping on,
+# the kernel arguments active, every function of every passthrough GPU bound to vfio-pci, and each GPU's
+# IOMMU group holding nothing but that GPU's functions and PCI bridges.
+#
+# Usage: host_verify.sh --kernel-arg <arg> [...] --gpu <domain:bus:device> [--gpu ...]
+# Paths are under $PGC_ROOT (empty on a real host). On success prints "group <slot> <n>" per GPU; on failure
+# prints "host-verify: <step>: expected ...; saw ..." to stderr and exits 1.
+set -euo pipefail
+
+ROOT="${PGC_ROOT:-}"
+kernel_args=()
+gpus=()
+
+fail() {
+  echo "host-verify: $1: expected $2; saw $3" >&2
+  exit 1
+}
+
+while (($#)); do
+  case "$1" in
+  --kernel-arg) kernel_args+=("$2") ;;
+  --gpu) gpus+=("$2") ;;
+  *)
+    echo "host-verify: arguments: unknown argument $1" >&2
+    exit 1
+    ;;
+  esac
+  shift 2
+done
+
+kernel_log() {
+  # The ring buffer can have wrapped on a long-running host; the journal keeps this boot's messages.
+  dmesg 2>/dev/null || true
+  journalctl -k -b 0 --no-pager 2>/dev/null || true
+}
+
+running="$(cat "$ROOT/proc/cmdline")"
+for arg in "${kernel_args[@]}"; do
+  [[ " $running " == *" $arg "* ]] || fail kernel-args "$arg in /proc/cmdline" "$running"
+done
+
+log="$(kernel_log)"
+if [[ -z "$(ls -A "$ROOT/sys/class/iommu" 2>/dev/null)" ]] && ! grep -qE 'DMAR: IOMMU enabled|AMD-Vi: .*(IOMMU|iommu)' <<<"$log"; then
+  fail iommu "entries in /sys/class/iommu or a DMAR/AMD-Vi line in the kernel log" "neither"
+fi
+if ! grep -qE 'Enabled IRQ remapping|Interrupt remapping enabled' <<<"$log"; then
+  fail interrupt-remapping "'Enabled IRQ remapping' (Intel) or 'Interrupt remapping enabled' (AMD)" \
+    "no such kernel log line"
+fi
+
+for slot in "${gpus[@]}"; do
+  functions=("$ROOT/sys/bus/pci/devices/$slot".*)
+  [[ -e "${functions[0]}" ]] || fail devices "PCI device $slot.0" "nothing at that address"
+  group=""
+  for fn in "${functions[@]}"; do
+    name="${fn##*/}"
+    driver="none"
+    if [[ -L "$fn/driver" ]]; then
+      driver="$(basename "$(readlink "$fn/driver")")"
+    fi
+    [[ "$driver" == vfio-pci ]] || fail driver "$name bound to vfio-pci" "$driver"
+    [[ -L "$fn/iommu_group" ]] || fail isolation "$name in an IOMMU group" "no iommu_group link"
+    group="$(basename "$(readlink "$fn/iommu_group")")"
+  done
+  others=()
+  for member in "$ROOT/sys/kernel/iommu_groups/$group/devices/"*; do
+    name="${member##*/}"
+    [[ "$name" == "$slot".* ]] && continue
+    # PCI-to-PCI bridges (class 0x0604) may share the group: they are not handed to the VM.
+    [[ "$(cat "$member/class")" == 0x0604* ]] && continue
+    others+=("$name")
+  done
+  if ((${#others[@]})); then
+    fail isolation "IOMMU group $group to hold only $slot and bridges (else set acsOverride or use another slot)" \
+      "${others[*]}"
+  fi
+  echo "group $slot $group"
+done

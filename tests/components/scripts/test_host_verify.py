@@ -1,0 +1,100 @@
+"""host_verify.sh against a fake sysfs: IOMMU, interrupt remapping, kernel arguments, vfio-pci binding and
+IOMMU-group isolation; each failure names its step, what was expected and what was seen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.components.scripts.fakeroot import FakeRoot, Result
+
+AMD_LOG = "[    0.9] AMD-Vi: Interrupt remapping enabled\n[    1.0] pci 0000:00:00.2: AMD-Vi: Found IOMMU cap 0x40\n"
+ARGS = ["--kernel-arg", "amd_iommu=on", "--kernel-arg", "iommu=pt"]
+
+
+def device(host: FakeRoot, address: str, group: int, pci_class: str, driver: str | None = "vfio-pci") -> None:
+    base = f"sys/bus/pci/devices/{address}"
+    host.write(f"{base}/class", f"{pci_class}\n")
+    host.link(f"{base}/iommu_group", str(host.root / f"sys/kernel/iommu_groups/{group}"))
+    host.link(f"sys/kernel/iommu_groups/{group}/devices/{address}", str(host.root / base))
+    if driver is not None:
+        host.link(f"{base}/driver", str(host.root / f"sys/bus/pci/drivers/{driver}"))
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> FakeRoot:
+    h = FakeRoot(tmp_path / "root")
+    h.stub("dmesg", AMD_LOG)
+    h.stub("journalctl")
+    h.write("proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro quiet amd_iommu=on iommu=pt\n")
+    h.write("sys/class/iommu/ivhd0/device", "")
+    device(h, "0000:41:00.0", 42, "0x030200")
+    device(h, "0000:40:01.1", 42, "0x060400", driver="pcieport")  # the root port above it
+    device(h, "0000:81:00.0", 50, "0x030200")
+    device(h, "0000:81:00.1", 50, "0x040300")
+    return h
+
+
+def verify(host: FakeRoot, *gpus: str) -> Result:
+    return host.run("host_verify.sh", *ARGS, *(a for g in gpus for a in ("--gpu", g)))
+
+
+def test_a_prepared_host_passes_and_reports_groups(host: FakeRoot) -> None:
+    r = verify(host, "0000:41:00", "0000:81:00")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["group 0000:41:00 42", "group 0000:81:00 50"]
+
+
+def test_kernel_args_missing(host: FakeRoot) -> None:
+    host.write("proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro quiet\n")
+    r = verify(host, "0000:41:00")
+    assert r.returncode == 1
+    assert r.stderr.startswith("host-verify: kernel-args: expected amd_iommu=on in /proc/cmdline; saw BOOT_IMAGE")
+
+
+def test_iommu_off(host: FakeRoot) -> None:
+    (host.root / "sys/class/iommu/ivhd0/device").unlink()
+    (host.root / "sys/class/iommu/ivhd0").rmdir()
+    host.stub("dmesg", "[    0.1] Linux version 6.8\n")
+    r = verify(host, "0000:41:00")
+    assert r.returncode == 1 and r.stderr.startswith("host-verify: iommu: expected entries in /sys/class/iommu")
+
+
+def test_interrupt_remapping_off(host: FakeRoot) -> None:
+    host.stub("dmesg", "[    1.0] AMD-Vi: Found IOMMU cap 0x40\n")
+    r = verify(host, "0000:41:00")
+    assert r.returncode == 1 and r.stderr.startswith("host-verify: interrupt-remapping: expected")
+
+
+def test_interrupt_remapping_found_in_the_journal_when_dmesg_wrapped(host: FakeRoot) -> None:
+    host.stub("dmesg", "")
+    host.stub("journalctl", "kernel: DMAR-IR: Enabled IRQ remapping in x2apic mode\n")
+    assert verify(host, "0000:41:00").returncode == 0
+
+
+def test_gpu_still_on_the_nvidia_driver(host: FakeRoot) -> None:
+    (host.root / "sys/bus/pci/devices/0000:81:00.1/driver").unlink()
+    host.link("sys/bus/pci/devices/0000:81:00.1/driver", str(host.root / "sys/bus/pci/drivers/snd_hda_intel"))
+    r = verify(host, "0000:81:00")
+    assert r.returncode == 1
+    assert r.stderr.strip() == "host-verify: driver: expected 0000:81:00.1 bound to vfio-pci; saw snd_hda_intel"
+
+
+def test_shared_group_names_the_other_devices(host: FakeRoot) -> None:
+    device(host, "0000:42:00.0", 42, "0x020000", driver="igb")  # a NIC behind the same root port
+    r = verify(host, "0000:41:00")
+    assert r.returncode == 1
+    assert "host-verify: isolation: expected IOMMU group 42 to hold only 0000:41:00 and bridges" in r.stderr
+    assert "acsOverride" in r.stderr and r.stderr.strip().endswith("saw 0000:42:00.0")
+
+
+def test_missing_gpu(host: FakeRoot) -> None:
+    r = verify(host, "0000:99:00")
+    assert r.returncode == 1 and "host-verify: devices: expected PCI device 0000:99:00.0" in r.stderr
+
+
+def test_verify_changes_nothing(host: FakeRoot) -> None:
+    before = host.snapshot()
+    verify(host, "0000:41:00", "0000:81:00")
+    assert host.snapshot() == before
