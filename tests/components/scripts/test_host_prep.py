@@ -118,7 +118,7 @@ def test_intel_and_acs_override(host: FakeRoot) -> None:
 def test_systemd_boot_is_detected(host: FakeRoot) -> None:
     host.write("etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
     host.write("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
-    code, out, err, calls = prep(host, *A10)
+    code, _out, err, calls = prep(host, *A10)
     assert code == 0, err
     assert host.read("etc/kernel/cmdline") == "root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on iommu=pt\n"
     assert host.read("etc/default/grub") == GRUB  # not the boot loader in use
@@ -141,6 +141,6 @@ def test_missing_device_fails_the_step(host: FakeRoot) -> None:
 
 def test_spec_strings_are_arguments_not_code(host: FakeRoot) -> None:
     # The component quotes every argument; even a hostile one is only ever data to the script.
-    code, _, err, calls = prep(host, "--gpu", "0000:41:00=$(touch /tmp/pwned)")
+    code, _, err, _calls = prep(host, "--gpu", "0000:41:00=$(touch /tmp/pwned)")
     assert code == 1 and "spec expects $(touch /tmp/pwned)" in err
     assert not Path("/tmp/pwned").exists()
