@@ -49,6 +49,11 @@ def make_spec(workers: int) -> dict[str, Any]:
         "proxmox": {"endpoint": "https://pve.example.test:8006/", "nodes": nodes},
         "workers": spec_workers,
         "kubernetes": {"apiEndpoint": "k8s.example.test:6443", "version": "1.34"},
+        "guest": {
+            "sshPublicKeys": [
+                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBxYhxkAFq8yGtzKQpNLT3ZN0r6Jw1c0Kf3z8lL0Q1u1 ops@example"
+            ]
+        },
         "gpuOperator": {"migStrategy": "mixed"},
     }
 

@@ -31,9 +31,9 @@ from components.spec_base import (
 from components.worker_spec import GpuAssignment, Image, Network, TimeSlicing, Worker
 
 __all__ = [
-    "ClusterSpec", "DcgmMetric", "DraSpec", "GpuAssignment", "GpuOperatorSpec", "HostGpu", "Image", "KubeVirtSpec",
-    "KubernetesSpec", "MigConfig", "MonitoringSpec", "Network", "ProxmoxNode", "ProxmoxSpec", "Quota",
-    "SmokeTestSpec", "TimeSlicing", "Worker", "load_spec",
+    "ClusterSpec", "DcgmMetric", "DraSpec", "GpuAssignment", "GpuOperatorSpec", "GuestSpec", "HostGpu", "Image",
+    "KubeVirtSpec", "KubernetesSpec", "MigConfig", "MonitoringSpec", "Network", "ProxmoxNode", "ProxmoxSpec",
+    "Quota", "SmokeTestSpec", "TimeSlicing", "Worker", "load_spec",
 ]  # fmt: skip
 
 
@@ -85,6 +85,9 @@ class ProxmoxNode(SpecModel):
         default=False,
         description="Add pcie_acs_override=downstream,multifunction (splits IOMMU groups; weakens isolation).",
     )
+    snippet_datastore: str = Field(
+        default="local", min_length=1, description="Datastore (with the snippets content type) for cloud-init snippets."
+    )
     gpus: tuple[HostGpu, ...] = Field(default=(), description="GPUs installed in this node.")
 
 
@@ -130,6 +133,19 @@ class KubernetesSpec(SpecModel):
         return int(self.version.split(".")[1])
 
 
+class GuestSpec(SpecModel):
+    """Settings shared by every worker VM's guest OS."""
+
+    ssh_public_keys: tuple[
+        Annotated[str, Field(pattern=r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+( .*)?$")],
+        ...,
+    ] = Field(
+        min_length=1,
+        description="Public keys cloud-init installs for each worker's user; the matching private key is the "
+        "``sshPrivateKey`` secret the guest bootstrap connects with.",
+    )
+
+
 class KubeVirtSpec(SpecModel):
     """KubeVirt integration for VM workloads."""
 
@@ -165,6 +181,7 @@ class ClusterSpec(SpecModel):
     proxmox: ProxmoxSpec = Field(description="Proxmox VE API and nodes.")
     workers: tuple[Worker, ...] = Field(min_length=1, description="GPU worker VMs.")
     kubernetes: KubernetesSpec = Field(description="Target Kubernetes cluster.")
+    guest: GuestSpec = Field(description="Guest OS settings of the worker VMs.")
     gpu_operator: GpuOperatorSpec = Field(default_factory=GpuOperatorSpec, description="GPU Operator settings.")
     kubevirt: KubeVirtSpec = Field(default_factory=KubeVirtSpec, description="KubeVirt settings.")
     quotas: tuple[Quota, ...] = Field(default=(), description="GPU quotas per namespace.")

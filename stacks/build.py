@@ -22,6 +22,7 @@ from components.operator_values import uses_dra
 from components.smoke_test import GpuSmokeTest
 from components.spec import ClusterSpec
 from stacks.config import Secrets
+from stacks.proxmox_layer import ProxmoxLayer, build_proxmox
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Cluster:
     spec: ClusterSpec
     providers: Providers
     capacity: list[WorkerCapacity]
+    proxmox: ProxmoxLayer
 
 
 def proxmox_provider(spec: ClusterSpec, secrets: Secrets) -> proxmoxve.Provider:
@@ -74,6 +76,9 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
         kubernetes=kubernetes.Provider("kubernetes", kubernetes.ProviderArgs(kubeconfig=secrets.kubeconfig)),
         command=command.Provider("command"),
     )
+    layer = build_proxmox(
+        spec, proxmox=providers.proxmox, host_command=providers.command, ssh_private_key=secrets.ssh_private_key
+    )
     k8s = providers.kubernetes
     op = spec.gpu_operator
     gpu_stack: list[pulumi.Resource] = []
@@ -90,11 +95,20 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
         DraDriver("dra-driver", spec, provider=k8s, depends_on=gpu_stack)
     if spec.quotas:
         GpuQuotas("gpu-quotas", spec, provider=k8s)
-    return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec))
+    return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec), proxmox=layer)
 
 
 def export(cluster: Cluster) -> None:
-    """Stack outputs: the workers (VM and node names) and what each node will advertise."""
+    """Stack outputs: the workers (VM id, IP, node name), what each node will advertise, and which IOMMU
+    isolation check applies per Proxmox node."""
+    pulumi.export(
+        "workers",
+        {
+            name: {"vmId": vm.vm_id, "ipAddress": vm.ip_address, "nodeName": vm.node_name}
+            for name, vm in cluster.proxmox.vms.items()
+        },
+    )
+    pulumi.export("iommuChecks", cluster.proxmox.iommu_checks)
     pulumi.export(
         "capacity",
         {

@@ -128,6 +128,16 @@ def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapac
     widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]) - 1)]
     for cells in rows:
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)) + "  " + cells[-1])
+    checks = recording.outputs.get("iommuChecks") or {}
+    if checks:
+        lines += ["", "IOMMU isolation check (per Proxmox node):"]
+        for node, check in sorted(checks.items()):
+            how = (
+                "preflight now, from the node's PCI device list"
+                if check == "plan"
+                else "deferred: IOMMU groups unknown until host prep reboots the node; its verify step checks them"
+            )
+            lines.append(f"  {node}: {how}")
     warnings = [m for level, m in recording.logs if level == "warning"]
     if warnings:
         lines += ["", "Warnings:", *(f"  {w}" for w in warnings)]

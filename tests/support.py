@@ -93,6 +93,11 @@ _BASE: dict[str, Any] = {
         },
     ],
     "kubernetes": {"apiEndpoint": "k8s.example.test:6443", "version": "1.34"},
+    "guest": {
+        "sshPublicKeys": [
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBxYhxkAFq8yGtzKQpNLT3ZN0r6Jw1c0Kf3z8lL0Q1u1 ops@example"
+        ]
+    },
     "gpuOperator": {"migStrategy": "mixed"},
     "quotas": [{"namespace": "team-a", "resources": {"nvidia.com/gpu": 4, "nvidia.com/mig-1g.5gb": 2}}],
 }

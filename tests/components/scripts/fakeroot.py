@@ -52,6 +52,12 @@ class FakeRoot:
         )
         script.chmod(0o755)
 
+    def stub_script(self, name: str, body: str) -> None:
+        """A command that records its call, then runs ``body`` (sh) with the same arguments."""
+        script = self.bin / name
+        script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "$PGC_ROOT/calls.log"\n{body}\n')
+        script.chmod(0o755)
+
     def run(self, script: str, *args: str) -> Result:
         before = self.log.read_text().splitlines() if self.log.exists() else []
         env = {"PATH": f"{self.bin}:/usr/bin:/bin", "PGC_ROOT": str(self.root), "LC_ALL": "C"}

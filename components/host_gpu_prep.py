@@ -1,0 +1,86 @@
+"""ProxmoxHostGpuPrep: IOMMU, vfio and driver blacklist on a Proxmox node, one reboot if needed, then verify."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_command as command
+
+from components.host_scripts import parse_groups, prep_args, remote_command, script, verify_args
+from components.spec import ClusterSpec
+
+SSH_DIAL_RETRIES = 30
+"""Dial attempts per command (x PER_DIAL_TIMEOUT seconds): covers a host that is still finishing its boot."""
+PER_DIAL_TIMEOUT = 10
+
+
+class ProxmoxHostGpuPrep(pulumi.ComponentResource):
+    """Three steps over SSH, each waiting for the previous one:
+
+    1. ``prep``: host_prep.sh writes kernel arguments, vfio modules, blacklist and vfio-pci ids, rebuilds the
+       initramfs and schedules a reboot only when something changed (or the running kernel lacks the args).
+    2. ``wait``: where ``pulumi up`` runs, waits for the node to go down and answer again (bounded), if and only
+       if step 1 scheduled a reboot.
+    3. ``verify``: host_verify.sh checks IOMMU, interrupt remapping, vfio-pci binding and IOMMU-group isolation
+       and reports each GPU's group, which the PCI mappings use when the preflight could not read them.
+
+    Failures name the step and what was seen (the scripts print ``host-prep: <step>: ...``).
+    """
+
+    reboot: pulumi.Output[bool]
+    """Whether this run rebooted the node."""
+    groups: pulumi.Output[dict[str, int]]
+    """PCI path -> IOMMU group, as verified on the host."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        node_name: str,
+        *,
+        provider: command.Provider,
+        ssh_private_key: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
+        node = spec.node(node_name)
+        user = spec.proxmox.ssh_user
+        connection = command.remote.ConnectionArgs(
+            host=node.ssh_address,
+            user=user,
+            private_key=ssh_private_key,
+            dial_error_limit=SSH_DIAL_RETRIES,
+            per_dial_timeout=PER_DIAL_TIMEOUT,
+        )
+        prep = command.remote.Command(
+            f"{name}-prep",
+            command.remote.CommandArgs(
+                connection=connection,
+                create=remote_command(user, prep_args(spec, node)),
+                stdin=script("host_prep.sh"),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+        wait = command.local.Command(
+            f"{name}-wait",
+            command.local.CommandArgs(
+                create="python3 -",
+                stdin=script("wait_for_reboot.py"),
+                environment={"PGC_HOST": node.ssh_address, "PGC_PORT": "22", "PGC_PREP_OUTPUT": prep.stdout},
+                # Each prep run may have rebooted the node, so waiting (and verifying) runs again after it.
+                triggers=[prep.stdout],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[prep]),
+        )
+        verify = command.remote.Command(
+            f"{name}-verify",
+            command.remote.CommandArgs(
+                connection=connection,
+                create=remote_command(user, verify_args(spec, node)),
+                stdin=script("host_verify.sh"),
+                triggers=[prep.stdout],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[wait]),
+        )
+        self.reboot = prep.stdout.apply(lambda out: "reboot: scheduled" in out)
+        self.groups = verify.stdout.apply(parse_groups)
+        self.register_outputs({"reboot": self.reboot, "groups": self.groups})

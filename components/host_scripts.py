@@ -1,0 +1,60 @@
+"""Command lines, arguments and output parsing for the Proxmox host scripts in ``components/scripts``. Pure.
+
+Scripts travel on stdin (``bash -s -- <args>``) so nothing has to be copied to the host first; every argument
+is shell-quoted, and every spec value that reaches one is already constrained by the spec's patterns, so a
+spec string is only ever data to the script.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from importlib import resources
+
+from components.iommu import passthrough_gpus
+from components.spec import ClusterSpec, ProxmoxNode
+
+VERIFY_LINE = re.compile(r"^group (\S+) (\d+)$")
+
+
+def script(name: str) -> str:
+    """The text of a shipped script."""
+    return resources.files("components").joinpath("scripts", name).read_text()
+
+
+def remote_command(user: str, args: list[str]) -> str:
+    """``bash -s -- <quoted args>``, through passwordless sudo unless the SSH user is root."""
+    sudo = "" if user == "root" else "sudo -n "
+    return f"{sudo}bash -s -- {shlex.join(args)}"
+
+
+def kernel_args(node: ProxmoxNode) -> list[str]:
+    """The kernel arguments host prep configures on ``node``."""
+    args = [f"{node.cpu_vendor}_iommu=on", "iommu=pt"]
+    if node.acs_override:
+        args.append("pcie_acs_override=downstream,multifunction")
+    return args
+
+
+def prep_args(spec: ClusterSpec, node: ProxmoxNode) -> list[str]:
+    """Arguments of host_prep.sh for ``node``."""
+    args = ["--cpu-vendor", node.cpu_vendor, "--boot-loader", node.boot_loader]
+    args += ["--acs-override", "1" if node.acs_override else "0"]
+    for _, gpu in passthrough_gpus(spec, node.name):
+        args += ["--gpu", f"{gpu.pci_path}={gpu.vendor_device}"]
+    return args
+
+
+def verify_args(spec: ClusterSpec, node: ProxmoxNode) -> list[str]:
+    """Arguments of host_verify.sh for ``node``."""
+    args: list[str] = []
+    for arg in kernel_args(node):
+        args += ["--kernel-arg", arg]
+    for _, gpu in passthrough_gpus(spec, node.name):
+        args += ["--gpu", gpu.pci_path]
+    return args
+
+
+def parse_groups(stdout: str) -> dict[str, int]:
+    """PCI path -> IOMMU group from host_verify.sh's output."""
+    return {m[1]: int(m[2]) for line in stdout.splitlines() if (m := VERIFY_LINE.match(line.strip()))}

@@ -1,0 +1,126 @@
+"""IOMMU preflight over the Proxmox API, and GpuPciMappings: a datacenter PCI mapping per passthrough GPU.
+
+One mapping per GPU rather than one per model with a map entry per node and card: a worker claims specific
+cards, and a VM that references a multi-device mapping gets whichever mapped card Proxmox finds free. Per-GPU
+mappings keep that deterministic, and replacing one card touches only its own mapping. VMs reference mappings
+(``hostpci.mapping``), which API tokens may use (``Mapping.Use``); a raw ``hostpci.id`` needs root@pam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pulumi
+import pulumi_proxmoxve as proxmoxve
+
+from components.errors import Problem, SpecError
+from components.iommu import NodePreflight, PciDevice, passthrough_gpus, pci_device, preflight
+from components.spec import ClusterSpec
+
+
+class IommuPreflightError(pulumi.RunError):
+    """The hosts do not match the spec; one line per problem, each naming its config path."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.lines = SpecError(problems).lines
+        super().__init__("IOMMU preflight failed:\n" + "\n".join(self.lines))
+
+
+def read_pci_devices(node: str, provider: proxmoxve.Provider) -> list[PciDevice]:
+    """Every PCI function of ``node`` (bridges included: the default class blacklist would hide them)."""
+    result = proxmoxve.hardware.get_pci(
+        node_name=node, pci_class_blacklists=[], opts=pulumi.InvokeOptions(provider=provider)
+    )
+    return [
+        pci_device(
+            d.id, d.vendor, d.device, d.class_, d.iommu_group, d.subsystem_vendor, d.subsystem_device, d.device_name
+        )
+        for d in result.devices
+    ]
+
+
+def run_preflight(spec: ClusterSpec, provider: proxmoxve.Provider) -> dict[str, NodePreflight]:
+    """Preflight every node with passthrough GPUs; raise IommuPreflightError with all problems of all nodes.
+
+    A synchronous invoke on purpose: the answer decides which resources exist, so it must be known before any
+    of them registers (and it runs in ``pulumi preview`` too).
+    """
+    results: dict[str, NodePreflight] = {}
+    problems: list[Problem] = []
+    for i, node in enumerate(spec.proxmox.nodes):
+        if not passthrough_gpus(spec, node.name):
+            continue
+        result = preflight(spec, node.name, read_pci_devices(node.name, provider))
+        problems += result.problems
+        if result.check == "host-verify" and not node.host_prep:
+            problems.append(
+                Problem(
+                    f"proxmox.nodes[{i}].hostPrep",
+                    f"node {node.name} reports no IOMMU groups (IOMMU is off); set hostPrep: true or enable "
+                    "IOMMU on the host yourself",
+                )
+            )
+        results[node.name] = result
+    if problems:
+        raise IommuPreflightError(problems)
+    return results
+
+
+class GpuPciMappings(pulumi.ComponentResource):
+    """A ``proxmoxve.hardware.mapping.Pci`` per passthrough GPU of one node."""
+
+    mappings: pulumi.Output[dict[str, str]]
+    """GPU name -> mapping name."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        result: NodePreflight,
+        *,
+        provider: proxmoxve.Provider,
+        verified_groups: pulumi.Input[Mapping[str, int]] | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``verified_groups``: PCI path -> group from host prep's verify step, used when the preflight found
+        no groups (IOMMU not yet on)."""
+        super().__init__("proxmox-gpu-cluster:pci_mapping:GpuPciMappings", name, None, opts)
+        gpus = {g.name: g for _, g in passthrough_gpus(spec, result.node)}
+        names: dict[str, pulumi.Output[str]] = {}
+        for placement in result.gpus:
+            gpu = gpus[placement.gpu]
+            group: pulumi.Input[int] | None = placement.iommu_group
+            if group is None and verified_groups is not None:
+                group = _group_of(verified_groups, placement.slot)
+            mapping_name = mapping_id(result.node, gpu.name)
+            mapping = proxmoxve.hardware.mapping.Pci(
+                f"{name}-{gpu.name}",
+                proxmoxve.hardware.mapping.PciArgs(
+                    name=mapping_name,
+                    comment=f"proxmox-gpu-cluster: {gpu.model} {result.node}/{gpu.name}",
+                    maps=[
+                        proxmoxve.hardware.mapping.PciMapArgs(
+                            id=gpu.vendor_device,
+                            node=result.node,
+                            # No function: every function of the card passes through together.
+                            path=gpu.pci_path,
+                            iommu_group=group,
+                            subsystem_id=placement.subsystem,
+                        )
+                    ],
+                ),
+                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+            )
+            names[gpu.name] = mapping.name
+        self.mappings = pulumi.Output.all(**names) if names else pulumi.Output.from_input({})
+        self.register_outputs({"mappings": self.mappings})
+
+
+def _group_of(groups: pulumi.Input[Mapping[str, int]], slot: str) -> pulumi.Output[int]:
+    return pulumi.Output.from_input(groups).apply(lambda g: g[slot])
+
+
+def mapping_id(node: str, gpu: str) -> str:
+    """The datacenter mapping name of a GPU (Proxmox ids start with a letter)."""
+    return f"gpu-{node}-{gpu}"

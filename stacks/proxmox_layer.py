@@ -1,0 +1,78 @@
+"""Compose the Proxmox layer: IOMMU preflight, host prep, PCI mappings, boot files and worker VMs per node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_proxmoxve as proxmoxve
+
+from components.boot_files import WorkerBootFiles
+from components.host_gpu_prep import ProxmoxHostGpuPrep
+from components.iommu import NodePreflight, passthrough_gpus
+from components.pci_mapping import GpuPciMappings, run_preflight
+from components.spec import ClusterSpec
+from components.worker_vm import GpuWorkerVm
+
+
+@dataclass(frozen=True)
+class ProxmoxLayer:
+    """What the Proxmox layer created."""
+
+    vms: dict[str, GpuWorkerVm]
+    """Worker name -> its VM."""
+    iommu_checks: dict[str, str]
+    """Node -> which IOMMU isolation check applies: ``plan`` (preflight, now) or ``host-verify`` (after prep)."""
+
+
+def build_proxmox(
+    spec: ClusterSpec,
+    *,
+    proxmox: proxmoxve.Provider,
+    host_command: command.Provider,
+    ssh_private_key: pulumi.Input[str],
+) -> ProxmoxLayer:
+    """Preflight every node first (an error stops the program before anything registers past the providers),
+    then per node: host prep (opt-in) -> PCI mappings -> boot files -> the node's worker VMs."""
+    preflights: dict[str, NodePreflight] = run_preflight(spec, proxmox)
+    vms: dict[str, GpuWorkerVm] = {}
+    for node in spec.proxmox.nodes:
+        workers = [w for w in spec.workers if w.node == node.name]
+        if not workers or not passthrough_gpus(spec, node.name):
+            continue
+        result = preflights[node.name]
+        prep = None
+        if node.host_prep:
+            prep = ProxmoxHostGpuPrep(
+                f"{node.name}-host-prep", spec, node.name, provider=host_command, ssh_private_key=ssh_private_key
+            )
+        after_prep: list[pulumi.Resource] = [prep] if prep is not None else []
+        mappings = GpuPciMappings(
+            f"{node.name}-pci",
+            spec,
+            result,
+            provider=proxmox,
+            verified_groups=prep.groups if prep is not None and result.check == "host-verify" else None,
+            depends_on=after_prep,
+        )
+        files = WorkerBootFiles(f"{node.name}-boot-files", spec, node.name, provider=proxmox)
+        for worker in workers:
+            url = worker.image.cloud_image_url
+            vms[worker.name] = GpuWorkerVm(
+                worker.name,
+                spec,
+                worker,
+                provider=proxmox,
+                mappings=mappings.mappings,
+                vendor_data_file_id=files.vendor_data_file_id,
+                image_file_id=_image_of(files, url) if url else None,
+                host_command=host_command,
+                ssh_private_key=ssh_private_key,
+                depends_on=[mappings, *after_prep],
+            )
+    return ProxmoxLayer(vms=vms, iommu_checks={n: r.check for n, r in preflights.items()})
+
+
+def _image_of(files: WorkerBootFiles, url: str) -> pulumi.Output[str]:
+    return files.image_file_ids.apply(lambda ids: ids[url])
