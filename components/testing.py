@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.output import Unknown
+from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.settings import ROOT
 from pulumi.runtime.stack import run_pulumi_func
@@ -352,14 +352,16 @@ def run(
     secret_keys: Sequence[str] = (),
     mocks: RecordingMocks | None = None,
     preview: bool = True,
+    recording: Recording | None = None,
 ) -> Recording:
     """Run ``program`` under Pulumi's mock engine and return what it registered.
 
     ``config`` keys are full names (``project:key``); non-string values are passed as JSON, as the CLI does.
     Exceptions the program raises (for example ``pulumi.RunError``) propagate after the engine settles.
-    Without ``mocks``, ``get_pci`` answers with hosts shaped like the spec in ``config`` (see ``pci_invokes``).
+    Pass ``recording`` to keep what registered even when the program raises. Without ``mocks``, ``get_pci``
+    answers with hosts shaped like the spec in ``config`` (see ``pci_invokes``).
     """
-    recording = Recording()
+    recording = recording if recording is not None else Recording()
     mocks = mocks or _default_mocks(config)
     logger = logging.getLogger(f"{__name__}.{id(recording)}")
     logger.propagate = False

@@ -1,0 +1,238 @@
+"""The Proxmox layer under mocks: preflight outcomes, host prep, mappings, VMs, ordering and change isolation."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pulumi
+import pytest
+
+from components.spec import load_spec
+from components.testing import Recording, RecordingMocks, pci_invokes, redact, run, spec_shaped_pci
+from stacks.build import build, export
+from stacks.config import load
+from tests.support import base_spec, stack_config
+
+VM = "proxmoxve:index/vmLegacy:VmLegacy"
+MAPPING = "proxmoxve:hardware/mapping/pci:Pci"
+REMOTE = "command:remote:Command"
+
+
+def plan(raw: dict[str, Any], devices: dict[str, list[dict[str, Any]]] | None = None) -> Recording:
+    config, keys = stack_config(raw)
+    mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
+    return run(lambda: export(build(*load())), config=config, secret_keys=keys, mocks=mocks)
+
+
+def prepped() -> dict[str, Any]:
+    raw = base_spec()
+    for node in raw["proxmox"]["nodes"]:
+        node["hostPrep"] = True
+    return raw
+
+
+def test_components_children_and_names() -> None:
+    rec = plan(prepped())
+    vms = {r.name for r in rec.of_type(VM)}
+    assert vms == {"mig-1-vm", "mig-2-vm", "ts-1-vm"}
+    for r in rec.resources:
+        if r.type.startswith("proxmox-gpu-cluster:"):
+            for child in rec.children(r):
+                assert child.name.startswith(f"{r.name}-"), (r.name, child.name)
+    assert {r.name for r in rec.of_type(MAPPING)} == {"pve1-pci-a100-0", "pve1-pci-a100-1", "pve2-pci-a10-0",
+                                                      "pve2-pci-a10-1"}  # fmt: skip
+    preps = rec.of_type("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep")
+    assert sorted(p.name for p in preps) == ["pve1-host-prep", "pve2-host-prep"]
+    proxmox = rec.one("pulumi:providers:proxmoxve").urn
+    assert all(r.provider == proxmox for r in rec.resources if r.type.startswith("proxmoxve:"))
+    cmd = rec.one("pulumi:providers:command").urn
+    assert all(r.provider == cmd for r in rec.resources if r.type.startswith("command:"))
+
+
+def test_vm_inputs() -> None:
+    raw = prepped()
+    raw["workers"][0]["protect"] = True
+    rec = plan(raw)
+    vm = rec.named("mig-1-vm")
+    i = vm.plain_inputs
+    assert i["machine"] == "q35" and i["bios"] == "ovmf"
+    assert i["efiDisk"] == {"datastoreId": "local-lvm", "fileFormat": "raw", "type": "4m", "preEnrolledKeys": False}
+    assert i["cpu"]["type"] == "host"
+    assert i["memory"] == {"dedicated": 32768, "floating": 0}
+    assert i["agent"]["enabled"] is True
+    assert i["hostpcis"] == [{"device": "hostpci0", "mapping": "gpu-pve1-a100-0", "pcie": True, "rombar": True,
+                              "xvga": False}]  # fmt: skip
+    assert i["vmId"] == 2001 and i["nodeName"] == "pve1" and i["name"] == "mig-1" and i["onBoot"] is True
+    assert "a100-pcie-40gb" in i["tags"] and "proxmox-gpu-cluster" in i["tags"]
+    init = i["initialization"]
+    assert init["userAccount"]["username"] == "ubuntu" and init["userAccount"]["keys"][0].startswith("ssh-ed25519")
+    assert init["ipConfigs"] == [{"ipv4": {"address": "dhcp"}}]
+    assert init["vendorDataFileId"] == "pve1-boot-files-vendor-data-id"
+    assert i["disks"][0]["fileId"] == "pve1-boot-files-image-0-id" and i["disks"][0]["size"] == 100
+    assert vm.protect is True and rec.named("mig-2-vm").protect is False
+    assert "hostpcis[*].id" in vm.ignore_changes
+    ts1 = rec.named("ts-1-vm").plain_inputs["initialization"]
+    assert ts1["ipConfigs"] == [{"ipv4": {"address": "192.0.2.60/24", "gateway": "192.0.2.1"}}]
+    assert ts1["dns"] == {"servers": ["192.0.2.1"]}
+
+
+def test_mapping_inputs_from_preflight() -> None:
+    rec = plan(prepped())
+    m = rec.named("pve2-pci-a10-1").plain_inputs
+    assert m["name"] == "gpu-pve2-a10-1"
+    (entry,) = m["maps"]
+    assert entry == {"id": "10de:2236", "node": "pve2", "path": "0000:18:00", "iommuGroup": 21,
+                     "subsystemId": "10de:1482"}  # fmt: skip
+
+
+def test_ordering() -> None:
+    rec = plan(prepped())
+    vm = rec.named("mig-1-vm")
+    assert rec.depends_on(vm, rec.named("pve1-pci-a100-0"))
+    assert rec.depends_on(vm, rec.named("pve1-host-prep-verify"))
+    assert not rec.depends_on(vm, rec.named("pve2-host-prep-verify"))
+    assert rec.depends_on(rec.named("pve1-pci-a100-0"), rec.named("pve1-host-prep-verify"))
+    verify, wait, prep = (rec.named(f"pve1-host-prep-{s}") for s in ("verify", "wait", "prep"))
+    assert rec.depends_on(verify, wait) and rec.depends_on(wait, prep)
+
+
+def test_workers_output() -> None:
+    outputs = plan(prepped()).outputs
+    assert outputs["workers"]["ts-1"] == {"vmId": 2003, "ipAddress": "192.0.2.60", "nodeName": "ts-1"}
+    assert outputs["iommuChecks"] == {"pve1": "plan", "pve2": "plan"}
+
+
+def test_host_prep_commands_quote_arguments_and_carry_scripts_on_stdin() -> None:
+    rec = plan(prepped())
+    prep = rec.named("pve2-host-prep-prep").plain_inputs
+    assert prep["create"] == ("bash -s -- --cpu-vendor intel --boot-loader auto --acs-override 0 "
+                              "--gpu 0000:17:00=10de:2236 --gpu 0000:18:00=10de:2236")  # fmt: skip
+    assert prep["stdin"].startswith("#!/usr/bin/env bash")
+    assert prep["connection"]["host"] == "192.0.2.12" and prep["connection"]["user"] == "root"
+    verify = rec.named("pve2-host-prep-verify").plain_inputs
+    assert verify["create"].endswith(
+        "--kernel-arg intel_iommu=on --kernel-arg iommu=pt --gpu 0000:17:00 --gpu 0000:18:00"
+    )
+
+
+def test_no_host_prep_without_opt_in() -> None:
+    rec = plan(base_spec())
+    assert rec.of_type("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep") == []
+    assert len(rec.of_type(VM)) == 3
+
+
+def shared_group(spec_raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    devices = spec_shaped_pci(load_spec(spec_raw), "pve2")
+    nic = dict(devices[-1], id="0000:19:00.0", vendor="0x8086", device="0x1533", deviceName="I210 Gigabit",
+               **{"class": "0x020000"})  # fmt: skip
+    nic["iommuGroup"] = devices[-1]["iommuGroup"]  # same group as a10-1
+    return {"pve2": [*devices, nic]}
+
+
+def failing(raw: dict[str, Any], devices: dict[str, list[dict[str, Any]]]) -> tuple[str, Recording]:
+    config, keys = stack_config(raw)
+    mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
+    recording = Recording()
+    with pytest.raises(pulumi.RunError) as err:
+        run(lambda: build(*load()), config=config, secret_keys=keys, mocks=mocks, recording=recording)
+    return str(err.value), recording
+
+
+def test_shared_iommu_group_names_the_other_device() -> None:
+    message, _ = failing(prepped(), shared_group(prepped()))
+    assert "cluster.proxmox.nodes[1].gpus[1].pciPath: IOMMU group 21 of 0000:18:00 also holds 0000:19:00.0 " \
+           "(I210 Gigabit); set acsOverride: true" in message  # fmt: skip
+
+
+def test_wrong_model_and_missing_path_reported_together() -> None:
+    raw = prepped()
+    devices = spec_shaped_pci(load_spec(raw), "pve1")
+    for d in devices:
+        if d["id"] == "0000:41:00.0":
+            d["device"] = "0x20b5"  # an A100 80GB where the spec says 40GB
+    devices = [d for d in devices if d["id"] != "0000:42:00.0"]
+    message, _ = failing(raw, {"pve1": devices})
+    assert "cluster.proxmox.nodes[0].gpus[0].model: 0000:41:00.0 on pve1 is 10de:20b5" in message
+    assert "not a A100-PCIE-40GB (10de:20f1)" in message
+    assert "cluster.proxmox.nodes[0].gpus[1].pciPath: no PCI device at 0000:42:00.0 on node pve1" in message
+
+
+def test_nothing_but_providers_registers_when_preflight_fails() -> None:
+    _, recording = failing(prepped(), shared_group(prepped()))
+    registered = {r.type for r in recording.resources}
+    assert registered == {"pulumi:pulumi:Stack", "pulumi:providers:proxmoxve", "pulumi:providers:kubernetes",
+                          "pulumi:providers:command"}  # fmt: skip
+
+
+def test_unknown_groups_defer_to_host_verify() -> None:
+    raw = prepped()
+    spec = load_spec(raw)
+    rec = plan(raw, {"pve1": spec_shaped_pci(spec, "pve1", iommu=False)})
+    assert rec.outputs["iommuChecks"] == {"pve1": "host-verify", "pve2": "plan"}
+    mapping = rec.named("pve1-pci-a100-0")
+    # the group comes from the verify step's output, so the mapping waits for it
+    assert rec.depends_on(mapping, rec.named("pve1-host-prep-verify"))
+    assert redact(mapping.inputs)["maps"][0]["iommuGroup"] == "[unknown]"  # known after the verify step runs
+    assert rec.named("pve2-pci-a10-0").plain_inputs["maps"][0]["iommuGroup"] == 20
+
+
+def test_unknown_groups_without_host_prep_is_an_error() -> None:
+    raw = base_spec()
+    message, _ = failing(raw, {"pve1": spec_shaped_pci(load_spec(raw), "pve1", iommu=False)})
+    assert "cluster.proxmox.nodes[0].hostPrep: node pve1 reports no IOMMU groups (IOMMU is off)" in message
+
+
+def test_sharing_and_operator_changes_leave_vms_and_mappings_alone() -> None:
+    before = plan(prepped())
+    raw = prepped()
+    raw["workers"][2]["timeSlicing"]["replicas"] = 8
+    raw["workers"][1]["gpus"][0]["mig"] = {"7g.40gb": 1}
+    raw["gpuOperator"].update(driverMode="operator", driverVersion="580.95.05", chartVersion="v25.10.1",
+                              monitoring={"prometheus": True}, smokeTest={"enabled": True})  # fmt: skip
+    after = plan(raw)
+    for type_ in (VM, MAPPING, "proxmoxve:download/file:File", "proxmoxve:index/fileLegacy:FileLegacy", REMOTE):
+        for r in before.of_type(type_):
+            assert redact(after.named(r.name).inputs) == redact(r.inputs), r.name
+
+
+def test_large_bar_token_mode_uses_qm_set_on_the_host() -> None:
+    rec = plan(prepped())
+    cmd = rec.named("mig-1-large-bar").plain_inputs
+    assert cmd["create"] == "bash -s -- 2001 65536" and "X-PciMmio64Mb" in cmd["stdin"]
+    assert rec.depends_on(rec.named("mig-1-large-bar"), rec.named("mig-1-vm"))
+    vm = rec.named("mig-1-vm")
+    assert "kvmArguments" not in vm.plain_inputs and "kvmArguments" in vm.ignore_changes
+    assert sorted(r.name for r in rec.of_type(REMOTE) if r.name.endswith("large-bar")) == ["mig-1-large-bar",
+                                                                                   "mig-2-large-bar"]  # fmt: skip
+
+
+def test_large_bar_password_mode_uses_kvm_arguments() -> None:
+    raw = prepped()
+    raw["proxmox"]["authMode"] = "password"
+    rec = plan(raw)
+    vm = rec.named("mig-1-vm")
+    assert vm.plain_inputs["kvmArguments"] == "-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=65536"
+    assert "kvmArguments" not in vm.ignore_changes
+    assert not [r for r in rec.of_type(REMOTE) if r.name.endswith("large-bar")]
+    assert "kvmArguments" not in rec.named("ts-1-vm").plain_inputs  # A10: no large BAR
+
+
+def test_template_clone_instead_of_download() -> None:
+    raw = prepped()
+    raw["workers"][2]["image"] = {"templateVmid": 9000}
+    rec = plan(raw)
+    vm = rec.named("ts-1-vm").plain_inputs
+    assert vm["clone"] == {"vmId": 9000, "full": True} and "fileId" not in vm["disks"][0]
+    assert [r.name for r in rec.of_type("proxmoxve:download/file:File")] == ["pve1-boot-files-image-0"]
+
+
+def test_secrets_stay_secret() -> None:
+    rec = plan(prepped())
+    for r in rec.resources:
+        text = repr(copy.deepcopy(r.inputs))
+        if "CANARY" in text:
+            # only inside secret envelopes
+            from components.testing import redact
+
+            assert "CANARY" not in repr(redact(r.inputs)), r.name
