@@ -9,7 +9,8 @@ import pulumi
 import pytest
 
 from components.spec import load_spec
-from components.testing import Recording, RecordingMocks, pci_invokes, redact, run, spec_shaped_pci
+from components.testing import Recording, RecordingMocks, redact, run
+from components.testing_pci import pci_invokes, spec_shaped_pci
 from stacks.build import build, export
 from stacks.config import load
 from tests.support import base_spec, stack_config
