@@ -180,6 +180,10 @@ BAD: list[tuple[str, Callable[[Spec], None], str, str]] = [
     ("duplicate quota namespace", lambda s: s["quotas"].append(dict(s["quotas"][0])), f"{C}.quotas[1].namespace", "already used"),
     ("negative quota", lambda s: s["quotas"][0]["resources"].update({"nvidia.com/gpu": -1}),
      f"{C}.quotas[0].resources.nvidia.com/gpu", "greater than or equal to 0"),
+    # guest
+    ("DSA public key", lambda s: s["guest"].update(sshPublicKeys=["ssh-dss AAAAB3NzaC1kc3M= old"]),
+     f"{C}.guest.sshPublicKeys[0]", "should match pattern"),
+    ("no public key", lambda s: s["guest"].update(sshPublicKeys=[]), f"{C}.guest.sshPublicKeys", "at least 1 item"),
     # monitoring, smoke test, DRA
     ("alerts without their metrics", lambda s: s["gpuOperator"].update(monitoring={"prometheus": True, "metrics": ["DCGM_FI_DEV_GPU_UTIL"]}),
      f"{C}.gpuOperator.monitoring.metrics", "the alert rules need DCGM_FI_DEV_GPU_TEMP"),
