@@ -49,6 +49,8 @@ def test_prod() -> None:
     spec, rec = stack("prod")
     assert len(spec.proxmox.nodes) == 2
     assert all(w.protect for w in spec.workers)
+    vms = rec.of_type("proxmoxve:index/vmLegacy:VmLegacy")
+    assert len(vms) == 4 and all(vm.protect for vm in vms)
     rows = {row.worker: row for row in capacity_table(spec)}
     a100 = [r for r in rows.values() if r.gpus == {"A100-PCIE-40GB": 1}]
     assert {r.sharing for r in a100} == {"mig"} and len(a100) == 2
