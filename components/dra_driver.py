@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.gpu_operator import CHART_REPO
+from components.helm import nvidia_release, privileged_namespace
 from components.operator_values import dra_values
 from components.spec import ClusterSpec
 
@@ -36,31 +36,17 @@ class DraDriver(pulumi.ComponentResource):
     ) -> None:
         super().__init__("proxmox-gpu-cluster:dra_driver:DraDriver", name, None, opts)
         dra = spec.gpu_operator.dra
-        ns = kubernetes.core.v1.Namespace(
-            f"{name}-namespace",
-            kubernetes.core.v1.NamespaceInitArgs(
-                metadata=kubernetes.meta.v1.ObjectMetaArgs(
-                    name=dra.namespace,
-                    # The kubelet plugin is a privileged host daemon.
-                    labels={"pod-security.kubernetes.io/enforce": "privileged"},
-                )
-            ),
-            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        # The kubelet plugin is a privileged host daemon.
+        ns = privileged_namespace(
+            f"{name}-namespace", dra.namespace, pulumi.ResourceOptions(parent=self, provider=provider)
         )
-        release = kubernetes.helm.v3.Release(
+        release = nvidia_release(
             f"{name}-release",
-            kubernetes.helm.v3.ReleaseArgs(
-                name="nvidia-dra-driver-gpu",
-                chart="nvidia-dra-driver-gpu",
-                version=dra.chart_version,
-                repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
-                namespace=ns.metadata.name,
-                values=dra_values(spec),
-                atomic=True,
-                cleanup_on_fail=True,
-                timeout=600,
-                max_history=10,
-            ),
+            chart="nvidia-dra-driver-gpu",
+            version=dra.chart_version,
+            namespace=ns.metadata.name,
+            values=dra_values(spec),
+            timeout=600,
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
         )
         self.namespace = ns.metadata.apply(lambda m: m.name or "")

@@ -8,11 +8,10 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.dcgm import metrics_config_data, metrics_config_name
+from components.helm import nvidia_release, privileged_namespace
 from components.operator_values import operator_values
 from components.sharing import device_plugin_config, mig_config
 from components.spec import ClusterSpec
-
-CHART_REPO = "https://helm.ngc.nvidia.com/nvidia"
 
 
 class GpuOperator(pulumi.ComponentResource):
@@ -45,17 +44,8 @@ class GpuOperator(pulumi.ComponentResource):
         super().__init__("proxmox-gpu-cluster:gpu_operator:GpuOperator", name, None, opts)
         op = spec.gpu_operator
         child = pulumi.ResourceOptions(parent=self, provider=provider)
-        ns = kubernetes.core.v1.Namespace(
-            f"{name}-namespace",
-            kubernetes.core.v1.NamespaceInitArgs(
-                metadata=kubernetes.meta.v1.ObjectMetaArgs(
-                    name=op.namespace,
-                    # Driver, toolkit and device-plugin pods are privileged host-level daemons.
-                    labels={"pod-security.kubernetes.io/enforce": "privileged"},
-                )
-            ),
-            opts=child,
-        )
+        # Driver, toolkit and device-plugin pods are privileged host-level daemons.
+        ns = privileged_namespace(f"{name}-namespace", op.namespace, child)
         dp = device_plugin_config(spec)
 
         def config_map(role: str, cm_name: str, data: dict[str, str]) -> kubernetes.core.v1.ConfigMap:
@@ -88,21 +78,14 @@ class GpuOperator(pulumi.ComponentResource):
                 dcgm_metrics_config=names[2] or None,
             )
         )
-        release = kubernetes.helm.v3.Release(
+        # atomic rolls a failed upgrade back; the operator's validator pods take minutes on first install.
+        release = nvidia_release(
             f"{name}-release",
-            kubernetes.helm.v3.ReleaseArgs(
-                name="gpu-operator",
-                chart="gpu-operator",
-                version=op.chart_version,
-                repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
-                namespace=ns.metadata.name,
-                values=values,
-                # atomic rolls a failed upgrade back; the operator's validator pods take minutes on first install.
-                atomic=True,
-                cleanup_on_fail=True,
-                timeout=900,
-                max_history=10,
-            ),
+            chart="gpu-operator",
+            version=op.chart_version,
+            namespace=ns.metadata.name,
+            values=values,
+            timeout=900,
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
         )
         self.namespace = ns.metadata.apply(lambda m: m.name or "")
