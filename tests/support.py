@@ -1,4 +1,4 @@
-"""Shared test helpers: a valid base spec, and access to external reference data."""
+"""Shared test helpers: a valid base spec, the stack program under mocks, and external reference data."""
 
 from __future__ import annotations
 
@@ -8,6 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from components.spec import load_spec
+from components.testing import Recording, RecordingMocks, run
+from components.testing_pci import pci_invokes
+from stacks.build import build, export
+from stacks.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -124,3 +130,15 @@ def stack_config(spec: dict[str, Any], secrets: dict[str, str] | None = None) ->
     config: dict[str, Any] = {"proxmox-gpu-cluster:cluster": spec}
     config.update({f"proxmox-gpu-cluster:{k}": v for k, v in secrets.items()})
     return config, [f"proxmox-gpu-cluster:{k}" for k in secrets]
+
+
+def plan_stack(
+    raw: dict[str, Any],
+    devices: dict[str, list[dict[str, Any]]] | None = None,
+    recording: Recording | None = None,
+) -> Recording:
+    """Run the stack program (build, then export) for ``raw`` with the canary secrets under mocks. ``get_pci``
+    answers from ``devices`` (node -> device list) where given, else like the spec's hosts."""
+    config, keys = stack_config(raw)
+    mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
+    return run(lambda: export(build(*load())), config=config, secret_keys=keys, mocks=mocks, recording=recording)

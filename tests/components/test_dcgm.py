@@ -17,19 +17,11 @@ from components.dcgm import (
 )
 from components.dcgm_fields import ALERT_FIELDS, DEFAULT_FIELDS, KNOWN_FIELDS
 from components.spec import load_spec
-from components.testing import Recording, run
-from stacks.build import build
-from stacks.config import load
-from tests.support import base_spec, stack_config
+from tests.support import base_spec, plan_stack
 
 MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
 RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
 RELEASE = "kubernetes:helm.sh/v3:Release"
-
-
-def plan(raw: dict[str, Any]) -> Recording:
-    config, keys = stack_config(raw)
-    return run(lambda: build(*load()), config=config, secret_keys=keys)
 
 
 def monitored() -> dict[str, Any]:
@@ -76,10 +68,10 @@ def test_configmap_name_is_content_addressed() -> None:
 
 
 def test_metric_change_changes_only_the_configmap_and_release_values() -> None:
-    before = plan(base_spec())
+    before = plan_stack(base_spec())
     raw = base_spec()
     raw["gpuOperator"]["monitoring"] = {"metrics": [*DEFAULT_FIELDS, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"]}
-    after = plan(raw)
+    after = plan_stack(raw)
     changed = {
         r.name
         for r in after.resources
@@ -94,15 +86,15 @@ def test_metric_change_changes_only_the_configmap_and_release_values() -> None:
 def test_no_exporter_no_metrics_configmap() -> None:
     raw = base_spec()
     raw["gpuOperator"]["dcgm"] = False
-    rec = plan(raw)
+    rec = plan_stack(raw)
     assert [r for r in rec.resources if r.name == "gpu-operator-dcgm-metrics"] == []
     values = rec.one(RELEASE).plain_inputs["values"]
     assert values["dcgmExporter"] == {"enabled": False}
 
 
 def test_monitoring_resources_only_when_asked() -> None:
-    assert plan(base_spec()).of_type(MONITOR) == []
-    rec = plan(monitored())
+    assert plan_stack(base_spec()).of_type(MONITOR) == []
+    rec = plan_stack(monitored())
     component = rec.one("proxmox-gpu-cluster:gpu_monitoring:GpuMonitoring")
     assert {r.name for r in rec.children(component)} == {"gpu-monitoring-service-monitor", "gpu-monitoring-alerts"}
     assert rec.one(MONITOR).provider == rec.one("pulumi:providers:kubernetes").urn
@@ -113,7 +105,7 @@ def test_monitoring_resources_only_when_asked() -> None:
 def test_monitoring_namespace_and_labels_from_spec() -> None:
     raw = monitored()
     raw["gpuOperator"]["monitoring"].update(namespace="monitoring", labels={"release": "kps"}, scrapeInterval="30s")
-    rec = plan(raw)
+    rec = plan_stack(raw)
     monitor = rec.one(MONITOR).plain_inputs
     assert monitor["metadata"] == {
         "name": "nvidia-dcgm-exporter",

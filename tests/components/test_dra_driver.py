@@ -7,20 +7,14 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.capacity import worker_capacity
+from components.capacity import capacity_table, worker_capacity
 from components.gpu_node import GpuNodeLabels
 from components.spec import load_spec
-from components.testing import Recording, run
-from stacks.build import build
-from stacks.config import load
-from tests.support import base_spec, stack_config
+from components.testing import run
+from stacks.plan import render_text
+from tests.support import base_spec, plan_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
-
-
-def plan(raw: dict[str, Any]) -> Recording:
-    config, keys = stack_config(raw)
-    return run(lambda: build(*load()), config=config, secret_keys=keys)
 
 
 def with_dra_worker() -> dict[str, Any]:
@@ -30,11 +24,11 @@ def with_dra_worker() -> dict[str, Any]:
 
 
 def test_no_dra_no_release() -> None:
-    assert [r.name for r in plan(base_spec()).of_type(RELEASE)] == ["gpu-operator-release"]
+    assert [r.name for r in plan_stack(base_spec()).of_type(RELEASE)] == ["gpu-operator-release"]
 
 
 def test_dra_release() -> None:
-    rec = plan(with_dra_worker())
+    rec = plan_stack(with_dra_worker())
     component = rec.one("proxmox-gpu-cluster:dra_driver:DraDriver")
     assert {r.name for r in rec.children(component)} == {"dra-driver-namespace", "dra-driver-release"}
     release = rec.named("dra-driver-release").plain_inputs
@@ -47,7 +41,7 @@ def test_dra_release() -> None:
 
 
 def test_dra_release_waits_for_labels_and_operator() -> None:
-    rec = plan(with_dra_worker())
+    rec = plan_stack(with_dra_worker())
     dra = rec.named("dra-driver-release")
     assert rec.depends_on(dra, rec.named("gpu-nodes-mig-2"))
     assert rec.depends_on(dra, rec.named("gpu-operator-release"))
@@ -57,13 +51,13 @@ def test_dra_release_waits_for_labels_and_operator() -> None:
 def test_dra_without_operator_still_labels_nodes() -> None:
     raw = with_dra_worker()
     raw["gpuOperator"]["enabled"] = False
-    rec = plan(raw)
+    rec = plan_stack(raw)
     assert [r.name for r in rec.of_type(RELEASE)] == ["dra-driver-release"]
     assert rec.depends_on(rec.named("dra-driver-release"), rec.named("gpu-nodes-mig-2"))
 
 
 def test_dra_node_labels() -> None:
-    rec = plan(with_dra_worker())
+    rec = plan_stack(with_dra_worker())
     labels = rec.named("gpu-nodes-mig-2").plain_inputs["metadata"]["labels"]
     assert labels["nvidia.com/dra-kubelet-plugin"] == "true"
     assert labels["nvidia.com/gpu.deploy.device-plugin"] == "false"
@@ -87,11 +81,9 @@ def test_capacity_lists_dra_devices_not_extended_resources() -> None:
 
 
 def test_plan_text_shows_dra_devices() -> None:
-    from components.capacity import capacity_table
-    from stacks.plan import render_text
 
     spec = load_spec(with_dra_worker())
-    text = render_text("t", plan(with_dra_worker()), capacity_table(spec))
+    text = render_text("t", plan_stack(with_dra_worker()), capacity_table(spec))
     assert "mig.nvidia.com: 4 (DRA)" in text
 
 

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from components.testing import Recording, run
-from stacks.build import build
-from stacks.config import load
-from tests.support import base_spec, stack_config
+from tests.support import base_spec, plan_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
 
 
-def plan(raw: dict[str, Any]) -> Recording:
-    config, keys = stack_config(raw)
-    return run(lambda: build(*load()), config=config, secret_keys=keys)
-
-
 def test_children_are_named_and_parented() -> None:
-    rec = plan(base_spec())
+    rec = plan_stack(base_spec())
     operator = rec.one("proxmox-gpu-cluster:gpu_operator:GpuOperator")
     children = {r.name: r.type for r in rec.children(operator)}
     assert children == {
@@ -37,7 +27,7 @@ def test_children_are_named_and_parented() -> None:
 
 
 def test_release_waits_for_labels_and_configmaps() -> None:
-    rec = plan(base_spec())
+    rec = plan_stack(base_spec())
     release = rec.one(RELEASE)
     for patch in rec.of_type(NODE_PATCH):
         assert rec.depends_on(release, patch)
@@ -47,7 +37,7 @@ def test_release_waits_for_labels_and_configmaps() -> None:
 
 
 def test_release_inputs_and_values() -> None:
-    rec = plan(base_spec())
+    rec = plan_stack(base_spec())
     release = rec.one(RELEASE).plain_inputs
     assert release["chart"] == "gpu-operator" and release["version"] == "v26.7.0"
     assert release["repositoryOpts"] == {"repo": "https://helm.ngc.nvidia.com/nvidia"}
@@ -61,14 +51,14 @@ def test_release_inputs_and_values() -> None:
 
 
 def test_namespace_is_privileged() -> None:
-    ns = plan(base_spec()).one("kubernetes:core/v1:Namespace").plain_inputs
+    ns = plan_stack(base_spec()).one("kubernetes:core/v1:Namespace").plain_inputs
     assert ns["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "privileged"}
 
 
 def test_node_patches() -> None:
     raw = base_spec()
     raw["workers"][0]["taint"] = True
-    rec = plan(raw)
+    rec = plan_stack(raw)
     mig1 = rec.named("gpu-nodes-mig-1").plain_inputs
     assert mig1["metadata"]["name"] == "mig-1"
     assert mig1["metadata"]["annotations"] == {"pulumi.com/patchForce": "true"}
@@ -86,10 +76,10 @@ def test_node_patches() -> None:
 
 
 def test_changing_replicas_changes_only_configmap_name_and_values() -> None:
-    before = plan(base_spec())
+    before = plan_stack(base_spec())
     raw = base_spec()
     raw["workers"][2]["timeSlicing"]["replicas"] = 8
-    after = plan(raw)
+    after = plan_stack(raw)
     changed = {
         r.name
         for r in after.resources
@@ -106,5 +96,5 @@ def test_changing_replicas_changes_only_configmap_name_and_values() -> None:
 def test_operator_can_be_disabled() -> None:
     raw = base_spec()
     raw["gpuOperator"]["enabled"] = False
-    rec = plan(raw)
+    rec = plan_stack(raw)
     assert rec.of_type(RELEASE) == [] and rec.of_type(NODE_PATCH) == []

@@ -7,10 +7,7 @@ import pytest
 
 from components.capacity import quota_hard, quota_warnings
 from components.spec import load_spec
-from components.testing import run
-from stacks.build import build
-from stacks.config import load
-from tests.support import base_spec, stack_config
+from tests.support import base_spec, plan_stack
 
 
 def test_quota_hard_uses_requests_prefix_only() -> None:
@@ -33,8 +30,7 @@ def test_warning_when_quota_exceeds_capacity() -> None:
 def test_resource_quota_under_mocks(version: str) -> None:
     raw = base_spec()
     raw["quotas"][0]["resources"]["nvidia.com/gpu"] = 9
-    config, keys = stack_config(raw)
-    rec = run(lambda: build(*load()), config=config, secret_keys=keys)
+    rec = plan_stack(raw)
     quota = rec.one("kubernetes:core/v1:ResourceQuota")
     assert quota.name == "gpu-quotas-team-a"
     assert quota.parent == rec.one("proxmox-gpu-cluster:gpu_quota:GpuQuotas").urn

@@ -8,10 +8,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from components.testing import Recording, run
-from stacks.build import build
-from stacks.config import load
-from tests.support import base_spec, stack_config
+from tests.support import base_spec, plan_stack
 
 CUSTOM = {"kubernetes:monitoring.coreos.com/v1:ServiceMonitor", "kubernetes:monitoring.coreos.com/v1:PrometheusRule"}
 NOT_OBJECTS = {"kubernetes:helm.sh/v3:Release"}  # a Helm release, not an API object
@@ -27,11 +24,6 @@ def everything() -> dict[str, Any]:
     return raw
 
 
-def plan(raw: dict[str, Any]) -> Recording:
-    config, keys = stack_config(raw)
-    return run(lambda: build(*load()), config=config, secret_keys=keys)
-
-
 def as_object(type_token: str, inputs: dict[str, Any]) -> dict[str, Any]:
     """A patch resource's inputs as the object it patches (NodePatch -> Node)."""
     if type_token.endswith("Patch"):
@@ -41,7 +33,7 @@ def as_object(type_token: str, inputs: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("version", ["1.33", "1.34"])
 def test_builtin_objects_pass_kubernetes_validate_strict(version: str) -> None:
-    rec = plan(everything())
+    rec = plan_stack(everything())
     checked: dict[str, int] = {}
     for r in rec.resources:
         if not r.type.startswith("kubernetes:") or r.type in CUSTOM | NOT_OBJECTS:
@@ -59,14 +51,14 @@ def test_builtin_objects_pass_kubernetes_validate_strict(version: str) -> None:
 
 @pytest.mark.parametrize("version", ["1.33", "1.34"])
 def test_strict_validation_would_catch_a_typo(version: str) -> None:
-    job = plan(everything()).one("kubernetes:batch/v1:Job").plain_inputs
+    job = plan_stack(everything()).one("kubernetes:batch/v1:Job").plain_inputs
     job["spec"]["template"]["spec"]["runtimeClass"] = "nvidia"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(job, version, strict=True)
 
 
 def test_custom_resources_have_api_version_kind_and_required_fields() -> None:
-    rec = plan(everything())
+    rec = plan_stack(everything())
     monitor = rec.one("kubernetes:monitoring.coreos.com/v1:ServiceMonitor").plain_inputs
     rule = rec.one("kubernetes:monitoring.coreos.com/v1:PrometheusRule").plain_inputs
     for obj, kind in ((monitor, "ServiceMonitor"), (rule, "PrometheusRule")):

@@ -6,17 +6,9 @@ from typing import Any
 
 from components.capacity import smoke_test_resource
 from components.spec import load_spec
-from components.testing import Recording, run
-from stacks.build import build
-from stacks.config import load
-from tests.support import base_spec, stack_config
+from tests.support import base_spec, plan_stack
 
 JOB = "kubernetes:batch/v1:Job"
-
-
-def plan(raw: dict[str, Any]) -> Recording:
-    config, keys = stack_config(raw)
-    return run(lambda: build(*load()), config=config, secret_keys=keys)
 
 
 def smoke(raw: dict[str, Any]) -> dict[str, Any]:
@@ -25,11 +17,11 @@ def smoke(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_opt_in() -> None:
-    assert plan(base_spec()).of_type(JOB) == []
+    assert plan_stack(base_spec()).of_type(JOB) == []
 
 
 def test_job_runs_nvidia_smi_on_one_gpu_and_tolerates_the_taint() -> None:
-    rec = plan(smoke(base_spec()))
+    rec = plan_stack(smoke(base_spec()))
     job = rec.one(JOB)
     assert job.name == "gpu-smoke-test-job"
     assert rec.by_urn(job.parent).type == "proxmox-gpu-cluster:smoke_test:GpuSmokeTest"
@@ -47,7 +39,7 @@ def test_job_runs_nvidia_smi_on_one_gpu_and_tolerates_the_taint() -> None:
 
 
 def test_job_waits_for_the_release_and_nothing_waits_for_the_job() -> None:
-    rec = plan(smoke(base_spec()))
+    rec = plan_stack(smoke(base_spec()))
     job = rec.one(JOB)
     release = rec.named("gpu-operator-release")
     assert rec.depends_on(job, release)
@@ -67,7 +59,7 @@ def test_resource_choice() -> None:
     raw["workers"].pop()
     raw["quotas"] = []
     assert smoke_test_resource(load_spec(raw)) == "nvidia.com/mig-1g.5gb"
-    rec = plan(smoke(raw))
+    rec = plan_stack(smoke(raw))
     limits = rec.one(JOB).plain_inputs["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/mig-1g.5gb": "1"}
 

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pulumi
 import pytest
 
 from components.spec import load_spec
-from components.testing import Recording, RecordingMocks, redact, run
-from components.testing_pci import pci_invokes, spec_shaped_pci
-from stacks.build import build, export
-from stacks.config import load
-from tests.support import base_spec, stack_config
+from components.testing import Recording, redact
+from components.testing_pci import spec_shaped_pci
+from tests.support import base_spec, plan_stack
 
 VM = "proxmoxve:index/vmLegacy:VmLegacy"
 MAPPING = "proxmoxve:hardware/mapping/pci:Pci"
 REMOTE = "command:remote:Command"
-
-
-def plan(raw: dict[str, Any], devices: dict[str, list[dict[str, Any]]] | None = None) -> Recording:
-    config, keys = stack_config(raw)
-    mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
-    return run(lambda: export(build(*load())), config=config, secret_keys=keys, mocks=mocks)
 
 
 def prepped() -> dict[str, Any]:
@@ -34,7 +25,7 @@ def prepped() -> dict[str, Any]:
 
 
 def test_components_children_and_names() -> None:
-    rec = plan(prepped())
+    rec = plan_stack(prepped())
     vms = {r.name for r in rec.of_type(VM)}
     assert vms == {"mig-1-vm", "mig-2-vm", "ts-1-vm"}
     for r in rec.resources:
@@ -54,7 +45,7 @@ def test_components_children_and_names() -> None:
 def test_vm_inputs() -> None:
     raw = prepped()
     raw["workers"][0]["protect"] = True
-    rec = plan(raw)
+    rec = plan_stack(raw)
     vm = rec.named("mig-1-vm")
     i = vm.plain_inputs
     assert i["machine"] == "q35" and i["bios"] == "ovmf"
@@ -79,7 +70,7 @@ def test_vm_inputs() -> None:
 
 
 def test_mapping_inputs_from_preflight() -> None:
-    rec = plan(prepped())
+    rec = plan_stack(prepped())
     m = rec.named("pve2-pci-a10-1").plain_inputs
     assert m["name"] == "gpu-pve2-a10-1"
     (entry,) = m["maps"]
@@ -88,7 +79,7 @@ def test_mapping_inputs_from_preflight() -> None:
 
 
 def test_ordering() -> None:
-    rec = plan(prepped())
+    rec = plan_stack(prepped())
     vm = rec.named("mig-1-vm")
     assert rec.depends_on(vm, rec.named("pve1-pci-a100-0"))
     assert rec.depends_on(vm, rec.named("pve1-host-prep-verify"))
@@ -99,13 +90,13 @@ def test_ordering() -> None:
 
 
 def test_workers_output() -> None:
-    outputs = plan(prepped()).outputs
+    outputs = plan_stack(prepped()).outputs
     assert outputs["workers"]["ts-1"] == {"vmId": 2003, "ipAddress": "192.0.2.60", "nodeName": "ts-1"}
     assert outputs["iommuChecks"] == {"pve1": "plan", "pve2": "plan"}
 
 
 def test_host_prep_commands_quote_arguments_and_carry_scripts_on_stdin() -> None:
-    rec = plan(prepped())
+    rec = plan_stack(prepped())
     prep = rec.named("pve2-host-prep-prep").plain_inputs
     assert prep["create"] == ("bash -s -- --cpu-vendor intel --boot-loader auto --acs-override 0 "
                               "--gpu 0000:17:00=10de:2236 --gpu 0000:18:00=10de:2236")  # fmt: skip
@@ -118,7 +109,7 @@ def test_host_prep_commands_quote_arguments_and_carry_scripts_on_stdin() -> None
 
 
 def test_no_host_prep_without_opt_in() -> None:
-    rec = plan(base_spec())
+    rec = plan_stack(base_spec())
     assert rec.of_type("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep") == []
     assert len(rec.of_type(VM)) == 3
 
@@ -132,11 +123,9 @@ def shared_group(spec_raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 def failing(raw: dict[str, Any], devices: dict[str, list[dict[str, Any]]]) -> tuple[str, Recording]:
-    config, keys = stack_config(raw)
-    mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
     recording = Recording()
     with pytest.raises(pulumi.RunError) as err:
-        run(lambda: build(*load()), config=config, secret_keys=keys, mocks=mocks, recording=recording)
+        plan_stack(raw, devices, recording)
     return str(err.value), recording
 
 
@@ -169,7 +158,7 @@ def test_nothing_but_providers_registers_when_preflight_fails() -> None:
 def test_unknown_groups_defer_to_host_verify() -> None:
     raw = prepped()
     spec = load_spec(raw)
-    rec = plan(raw, {"pve1": spec_shaped_pci(spec, "pve1", iommu=False)})
+    rec = plan_stack(raw, {"pve1": spec_shaped_pci(spec, "pve1", iommu=False)})
     assert rec.outputs["iommuChecks"] == {"pve1": "host-verify", "pve2": "plan"}
     mapping = rec.named("pve1-pci-a100-0")
     # the group comes from the verify step's output, so the mapping waits for it
@@ -185,20 +174,20 @@ def test_unknown_groups_without_host_prep_is_an_error() -> None:
 
 
 def test_sharing_and_operator_changes_leave_vms_and_mappings_alone() -> None:
-    before = plan(prepped())
+    before = plan_stack(prepped())
     raw = prepped()
     raw["workers"][2]["timeSlicing"]["replicas"] = 8
     raw["workers"][1]["gpus"][0]["mig"] = {"7g.40gb": 1}
     raw["gpuOperator"].update(driverMode="operator", driverVersion="580.95.05", chartVersion="v25.10.1",
                               monitoring={"prometheus": True}, smokeTest={"enabled": True})  # fmt: skip
-    after = plan(raw)
+    after = plan_stack(raw)
     for type_ in (VM, MAPPING, "proxmoxve:download/file:File", "proxmoxve:index/fileLegacy:FileLegacy", REMOTE):
         for r in before.of_type(type_):
             assert redact(after.named(r.name).inputs) == redact(r.inputs), r.name
 
 
 def test_large_bar_token_mode_uses_qm_set_on_the_host() -> None:
-    rec = plan(prepped())
+    rec = plan_stack(prepped())
     cmd = rec.named("mig-1-large-bar").plain_inputs
     assert cmd["create"] == "bash -s -- 2001 65536" and "X-PciMmio64Mb" in cmd["stdin"]
     assert rec.depends_on(rec.named("mig-1-large-bar"), rec.named("mig-1-vm"))
@@ -211,7 +200,7 @@ def test_large_bar_token_mode_uses_qm_set_on_the_host() -> None:
 def test_large_bar_password_mode_uses_kvm_arguments() -> None:
     raw = prepped()
     raw["proxmox"]["authMode"] = "password"
-    rec = plan(raw)
+    rec = plan_stack(raw)
     vm = rec.named("mig-1-vm")
     assert vm.plain_inputs["kvmArguments"] == "-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=65536"
     assert "kvmArguments" not in vm.ignore_changes
@@ -222,18 +211,14 @@ def test_large_bar_password_mode_uses_kvm_arguments() -> None:
 def test_template_clone_instead_of_download() -> None:
     raw = prepped()
     raw["workers"][2]["image"] = {"templateVmid": 9000}
-    rec = plan(raw)
+    rec = plan_stack(raw)
     vm = rec.named("ts-1-vm").plain_inputs
     assert vm["clone"] == {"vmId": 9000, "full": True} and "fileId" not in vm["disks"][0]
     assert [r.name for r in rec.of_type("proxmoxve:download/file:File")] == ["pve1-boot-files-image-0"]
 
 
 def test_secrets_stay_secret() -> None:
-    rec = plan(prepped())
+    rec = plan_stack(prepped())
     for r in rec.resources:
-        text = repr(copy.deepcopy(r.inputs))
-        if "CANARY" in text:
-            # only inside secret envelopes
-            from components.testing import redact
-
-            assert "CANARY" not in repr(redact(r.inputs)), r.name
+        # canary secrets appear only inside secret envelopes
+        assert "CANARY" not in repr(redact(r.inputs)), r.name
