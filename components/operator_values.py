@@ -68,8 +68,8 @@ def operator_values(
         # Always explicit: the chart's default flipped from false (v25.10.1) to true (v26.7.0), and with
         # monitoring.prometheus the GpuMonitoring component owns the ServiceMonitor; two would scrape twice.
         values["dcgmExporter"]["serviceMonitor"] = {"enabled": False}
-    if dcgm_metrics_config is not None and op.dcgm:
-        values["dcgmExporter"]["config"] = {"name": dcgm_metrics_config}
+        if dcgm_metrics_config is not None:
+            values["dcgmExporter"]["config"] = {"name": dcgm_metrics_config}
     if uses_dra(spec):
         containers = [w for w in spec.workers if w.workload == "container"]
         if all(w.dra for w in containers):

@@ -15,6 +15,7 @@ import pulumi_proxmoxve as proxmoxve
 
 from components.errors import Problem, SpecError
 from components.iommu import NodePreflight, PciDevice, passthrough_gpus, pci_device, preflight
+from components.outputs import item
 from components.spec import ClusterSpec
 
 
@@ -92,7 +93,7 @@ class GpuPciMappings(pulumi.ComponentResource):
             gpu = gpus[placement.gpu]
             group: pulumi.Input[int] | None = placement.iommu_group
             if group is None and verified_groups is not None:
-                group = _group_of(verified_groups, placement.slot)
+                group = item(verified_groups, placement.slot)
             mapping_name = mapping_id(result.node, gpu.name)
             mapping = proxmoxve.hardware.mapping.Pci(
                 f"{name}-{gpu.name}",
@@ -115,10 +116,6 @@ class GpuPciMappings(pulumi.ComponentResource):
             names[gpu.name] = mapping.name
         self.mappings = pulumi.Output.all(**names) if names else pulumi.Output.from_input({})
         self.register_outputs({"mappings": self.mappings})
-
-
-def _group_of(groups: pulumi.Input[Mapping[str, int]], slot: str) -> pulumi.Output[int]:
-    return pulumi.Output.from_input(groups).apply(lambda g: g[slot])
 
 
 def mapping_id(node: str, gpu: str) -> str:

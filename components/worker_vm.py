@@ -10,6 +10,7 @@ import pulumi_proxmoxve as proxmoxve
 
 from components.host_scripts import remote_command, script
 from components.inventory import worker_gpus
+from components.outputs import item
 from components.spec import ClusterSpec, Worker
 
 MMIO_MB = 65536
@@ -66,7 +67,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
         hostpcis = [
             proxmoxve.VmLegacyHostpciArgs(
                 device=f"hostpci{i}",
-                mapping=_mapping_of(mappings, claim.ref),
+                mapping=item(mappings, claim.ref),
                 pcie=True,  # q35 PCIe root port: what the NVIDIA driver expects of a datacenter GPU
                 rombar=True,
                 xvga=False,  # compute GPUs are not the VM's display; the console stays on the emulated VGA
@@ -171,10 +172,6 @@ class GpuWorkerVm(pulumi.ComponentResource):
         else:
             self.ip_address = pulumi.Output.from_input(net.ipv4.split("/")[0])
         self.register_outputs({"vmId": self.vm_id, "ipAddress": self.ip_address, "nodeName": self.node_name})
-
-
-def _mapping_of(mappings: pulumi.Input[Mapping[str, str]], gpu: str) -> pulumi.Output[str]:
-    return pulumi.Output.from_input(mappings).apply(lambda m: m[gpu])
 
 
 def _first_address(addresses: Sequence[Sequence[str]] | None) -> str:

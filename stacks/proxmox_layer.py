@@ -11,6 +11,7 @@ import pulumi_proxmoxve as proxmoxve
 from components.boot_files import WorkerBootFiles
 from components.host_gpu_prep import ProxmoxHostGpuPrep
 from components.iommu import NodePreflight, passthrough_gpus
+from components.outputs import item
 from components.pci_mapping import GpuPciMappings, run_preflight
 from components.spec import ClusterSpec
 from components.worker_vm import GpuWorkerVm
@@ -66,13 +67,9 @@ def build_proxmox(
                 provider=proxmox,
                 mappings=mappings.mappings,
                 vendor_data_file_id=files.vendor_data_file_id,
-                image_file_id=_image_of(files, url) if url else None,
+                image_file_id=item(files.image_file_ids, url) if url else None,
                 host_command=host_command,
                 ssh_private_key=ssh_private_key,
                 depends_on=[mappings, *after_prep],
             )
     return ProxmoxLayer(vms=vms, iommu_checks={n: r.check for n, r in preflights.items()})
-
-
-def _image_of(files: WorkerBootFiles, url: str) -> pulumi.Output[str]:
-    return files.image_file_ids.apply(lambda ids: ids[url])
