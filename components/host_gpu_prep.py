@@ -7,10 +7,7 @@ import pulumi_command as command
 
 from components.host_scripts import parse_groups, prep_args, remote_command, script, verify_args
 from components.spec import ClusterSpec
-
-SSH_DIAL_RETRIES = 30
-"""Dial attempts per command (x PER_DIAL_TIMEOUT seconds): covers a host that is still finishing its boot."""
-PER_DIAL_TIMEOUT = 10
+from components.ssh import connection as ssh_connection
 
 
 class ProxmoxHostGpuPrep(pulumi.ComponentResource):
@@ -44,13 +41,7 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
         super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
         node = spec.node(node_name)
         user = spec.proxmox.ssh_user
-        connection = command.remote.ConnectionArgs(
-            host=node.ssh_address,
-            user=user,
-            private_key=ssh_private_key,
-            dial_error_limit=SSH_DIAL_RETRIES,
-            per_dial_timeout=PER_DIAL_TIMEOUT,
-        )
+        connection = ssh_connection(node.ssh_address, user, ssh_private_key)
         prep = command.remote.Command(
             f"{name}-prep",
             command.remote.CommandArgs(

@@ -61,13 +61,16 @@ def redact(value: Any) -> Any:
 
 
 def unwrap(value: Any) -> Any:
-    """A copy of ``value`` with secret envelopes replaced by their plain values (for assertions only)."""
+    """A copy of ``value`` with secret envelopes replaced by their plain values and unknowns by
+    ``"[unknown]"``, so two plans compare equal when they would register the same thing (for assertions only)."""
     if is_secret(value):
         return unwrap(value["value"])
     if isinstance(value, Mapping):
         return {k: unwrap(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [unwrap(v) for v in value]
+    if value == UNKNOWN or isinstance(value, Unknown):
+        return "[unknown]"
     return value
 
 
@@ -98,6 +101,8 @@ class RecordedResource:
     additional_secret_outputs: list[str]
     delete_before_replace: bool
     retain_on_delete: bool
+    replace_with: list[str] = field(default_factory=list)
+    """URNs whose replacement replaces this resource too."""
     id: str = ""
     custom_timeouts: dict[str, str] = field(default_factory=dict)
     """create/update/delete timeouts that were set (e.g. ``{"create": "660s"}``)."""
@@ -255,6 +260,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 additional_secret_outputs=list(request.additionalSecretOutputs),
                 delete_before_replace=bool(request.deleteBeforeReplace),
                 retain_on_delete=bool(request.retainOnDelete),
+                replace_with=list(request.replace_with),
                 id=response.id,
                 custom_timeouts=_timeouts(request),
                 outputs=dict(state.state) if state is not None else {},

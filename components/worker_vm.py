@@ -12,6 +12,7 @@ from components.host_scripts import remote_command, script
 from components.inventory import worker_gpus
 from components.outputs import item
 from components.spec import ClusterSpec, Worker
+from components.ssh import connection as ssh_connection
 
 MMIO_MB = 65536
 """64-bit MMIO window for large-BAR GPUs (OVMF's default is too small for an A100/H100 BAR1)."""
@@ -41,6 +42,8 @@ class GpuWorkerVm(pulumi.ComponentResource):
     """The static address from the spec, or the first address the guest agent reports."""
     node_name: pulumi.Output[str]
     """The Kubernetes node name the VM will join as (its VM name)."""
+    vm: proxmoxve.VmLegacy
+    """The VM resource itself, for ``replace_with`` on whatever must start over when the VM is replaced."""
 
     def __init__(
         self,
@@ -149,28 +152,33 @@ class GpuWorkerVm(pulumi.ComponentResource):
                 depends_on=list(depends_on),
             ),
         )
+        # Derived from VM outputs, not the plain spec value, so whoever connects to the address waits for the VM
+        # (and for the large-BAR restart, below).
+        if net.ipv4 == "dhcp":
+            address = vm.ipv4_addresses.apply(_first_address)
+        else:
+            static = net.ipv4.split("/")[0]
+            address = vm.vm_id.apply(lambda _: static)
         if large_bar and not password_mode:
             if host_command is None or ssh_private_key is None:
                 raise ValueError("a large-BAR worker in token mode needs host_command and ssh_private_key")
             node = spec.node(worker.node)
             user = spec.proxmox.ssh_user
-            command.remote.Command(
+            restart = command.remote.Command(
                 f"{name}-large-bar",
                 command.remote.CommandArgs(
-                    connection=command.remote.ConnectionArgs(
-                        host=node.ssh_address, user=user, private_key=ssh_private_key
-                    ),
+                    connection=ssh_connection(node.ssh_address, user, ssh_private_key),
                     create=remote_command(user, [str(worker.vmid), str(MMIO_MB)]),
                     stdin=script("large_bar.sh"),
                 ),
                 opts=pulumi.ResourceOptions(parent=self, provider=host_command, depends_on=[vm]),
             )
+            # large_bar.sh restarts a running VM: the address is only worth connecting to after that.
+            address = pulumi.Output.all(address, restart.stdout).apply(lambda values: str(values[0]))
+        self.vm = vm
         self.vm_id = vm.vm_id
         self.node_name = pulumi.Output.from_input(worker.name)
-        if net.ipv4 == "dhcp":
-            self.ip_address = vm.ipv4_addresses.apply(_first_address)
-        else:
-            self.ip_address = pulumi.Output.from_input(net.ipv4.split("/")[0])
+        self.ip_address = address
         self.register_outputs({"vmId": self.vm_id, "ipAddress": self.ip_address, "nodeName": self.node_name})
 
 
