@@ -36,6 +36,9 @@ __all__ = [
     "Quota", "SmokeTestSpec", "TimeSlicing", "Worker", "load_spec",
 ]  # fmt: skip
 
+MIN_KUBERNETES_MINOR = 30
+"""Oldest minor the guest bootstrap installs (pkgs.k8s.io repositories and kubeadm's join configuration)."""
+
 
 class HostGpu(SpecModel):
     """A physical GPU installed in a Proxmox node."""
@@ -127,6 +130,12 @@ class KubernetesSpec(SpecModel):
         default="kubeadm", description="kubeadm joins the VMs; none leaves joining to you."
     )
 
+    @model_validator(mode="after")
+    def _supported_minor(self) -> KubernetesSpec:
+        if self.minor < MIN_KUBERNETES_MINOR:
+            raise ValueError(f"version {self.version} is not supported; use 1.{MIN_KUBERNETES_MINOR} or later")
+        return self
+
     @property
     def minor(self) -> int:
         """The minor version number (34 for ``1.34``)."""
@@ -143,6 +152,27 @@ class GuestSpec(SpecModel):
         min_length=1,
         description="Public keys cloud-init installs for each worker's user; the matching private key is the "
         "``sshPrivateKey`` secret the guest bootstrap connects with.",
+    )
+    driver_flavor: Literal["server", "desktop"] = Field(
+        default="server",
+        description="Ubuntu driver package line in host driver mode: ``server`` (nvidia-headless-<branch>-server, "
+        "the data-center builds) or ``desktop`` (nvidia-headless-<branch>).",
+    )
+    toolkit_version: str = Field(
+        default="1.18.2-1",
+        pattern=r"^\d+\.\d+\.\d+(~rc\.\d+)?-\d+$",
+        description="NVIDIA Container Toolkit package version (apt version, e.g. ``1.18.2-1``), installed and held "
+        "on the workers when the driver is host-installed.",
+    )
+    default_runtime: bool = Field(
+        default=True,
+        description="Make nvidia containerd's default runtime (``nvidia-ctk runtime configure --set-as-default``); "
+        "otherwise pods need ``runtimeClassName: nvidia``.",
+    )
+    purge_driver_on_destroy: bool = Field(
+        default=False,
+        description="When a worker's bootstrap is destroyed, purge the NVIDIA driver packages from the guest. Off: "
+        "destroying the component leaves a live node's driver alone.",
     )
 
 

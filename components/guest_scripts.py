@@ -1,0 +1,76 @@
+"""Scripts, arguments and stdin of the guest bootstrap steps in ``components/scripts/guest_*.sh``. Pure.
+
+Each step travels on stdin as ``guest_lib.sh`` + the step's script and runs as ``bash -s -- <quoted args>``
+(through ``sudo -n`` unless the SSH user is root). Arguments come from the validated ``GuestBootstrapSpec``,
+whose patterns leave nothing a shell could interpret, and the scripts check them again.
+
+Secrets never become arguments: ``secret_stdin`` puts them at the top of the step's stdin as shell
+assignments, which bash neither echoes nor exports.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from components.guest_spec import GuestBootstrapSpec
+from components.host_scripts import script
+
+STEPS = ("cloud-init", "driver", "runtime", "join", "verify")
+"""The bootstrap steps in the order they run."""
+JOIN_TOKEN_VAR = "PGC_JOIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
+CA_CERT_HASH_VAR = "PGC_CA_CERT_HASH"
+REBOOT_SCHEDULED = "reboot: scheduled"
+
+
+def step_script(step: str) -> str:
+    """What the guest runs for ``step``: the shared helpers followed by the step's script."""
+    if step not in STEPS:
+        raise ValueError(f"unknown bootstrap step {step!r}; steps: {', '.join(STEPS)}")
+    return script("guest_lib.sh") + "\n" + script(f"guest_{step.replace('-', '_')}.sh")
+
+
+def secret_stdin(step: str, secrets: Mapping[str, str]) -> str:
+    """``step``'s stdin with ``secrets`` (variable -> value) assigned first, quoted for bash."""
+    lines = [f"{name}={shlex.quote(value)}" for name, value in secrets.items()]
+    return "\n".join(lines) + "\n" + step_script(step)
+
+
+def driver_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_driver.sh arguments (the pins live here, so a version bump is an update of this step)."""
+    args = ["--mode", b.driver_mode, "--branch", b.driver_branch, "--flavor", b.driver_flavor]
+    args += ["--modules", b.kernel_modules]
+    if b.driver_version is not None:
+        args += ["--version", b.driver_version]
+    return args
+
+
+def runtime_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_runtime.sh arguments."""
+    args = ["--toolkit", _flag(b.toolkit)]
+    if b.toolkit:
+        args += ["--toolkit-version", b.toolkit_version, "--default-runtime", _flag(b.default_runtime)]
+        args += ["--cdi", _flag(b.cdi)]
+    return args
+
+
+def join_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_join.sh arguments (no secrets: those go through ``secret_stdin``)."""
+    return ["--node-name", b.node_name, "--api-endpoint", b.api_endpoint, "--minor", str(b.kubernetes_minor)]
+
+
+def verify_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_verify.sh arguments: every GPU expected, and what the host driver and toolkit must show."""
+    args: list[str] = []
+    for gpu in b.gpus:
+        args += ["--gpu", f"{gpu.vendor_device}={gpu.product}"]
+    host = b.driver_mode == "host"
+    args += ["--nvidia-smi", _flag(host)]
+    if host:
+        args += ["--driver", b.driver_version or b.driver_branch]
+    args += ["--containerd-nvidia", _flag(b.toolkit)]
+    return args
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"

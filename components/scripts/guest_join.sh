@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Step 4 of the guest bootstrap: kernel prerequisites, kubeadm/kubelet/kubectl from the Kubernetes apt
+# repository for one minor version (held), then `kubeadm join`. A node that has joined already is left alone.
+# Sent after guest_lib.sh.
+#
+# Usage: guest_join.sh --node-name NAME --api-endpoint HOST:PORT --minor NN
+# The bootstrap token and the CA cert hash are never arguments (a process list shows those): they arrive as
+# shell variables PGC_JOIN_TOKEN and PGC_CA_CERT_HASH assigned at the top of this script's stdin, are never
+# printed, and reach kubeadm inside a root-only JoinConfiguration file that is removed when the step ends.
+set -euo pipefail
+# shellcheck disable=SC2034 # read by die() in guest_lib.sh
+STEP="join"
+
+node_name="" api_endpoint="" minor=""
+while (($#)); do
+  case "$1" in
+  --node-name) node_name="$2" ;;
+  --api-endpoint) api_endpoint="$2" ;;
+  --minor) minor="$2" ;;
+  *) die "unknown argument $1" ;;
+  esac
+  shift 2
+done
+[[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
+[[ "$api_endpoint" =~ ^[A-Za-z0-9.-]+:[0-9]{1,5}$ ]] || fail "--api-endpoint" "host:port" "'$api_endpoint'"
+[[ "$minor" =~ ^[0-9]{2}$ ]] || fail "--minor" "a two-digit minor version" "'$minor'"
+
+KUBELET_CONF="/etc/kubernetes/kubelet.conf"
+JOIN_CONFIG="" # global: the EXIT trap removes it after main has returned
+PACKAGES=(kubelet kubeadm kubectl)
+
+swap_off() {
+  local fstab
+  if [[ "$(wc -l <"$ROOT/proc/swaps" 2>/dev/null || echo 0)" -gt 1 ]]; then
+    swapoff -a
+    echo "swap: turned off"
+  fi
+  if [[ -f "$ROOT/etc/fstab" ]]; then
+    # Keep swap off across reboots: comment out active swap entries, touch nothing else.
+    fstab="$(awk '!/^[[:space:]]*#/ && $3 == "swap" { print "#" $0; next } { print }' "$ROOT/etc/fstab")"
+    put /etc/fstab "$fstab"
+  fi
+}
+
+kernel_prerequisites() {
+  local m
+  put /etc/modules-load.d/kubernetes.conf "overlay
+br_netfilter"
+  for m in overlay br_netfilter; do
+    loaded "$m" || modprobe "$m"
+  done
+  CHANGED=0
+  put /etc/sysctl.d/99-kubernetes.conf "net.bridge.bridge-nf-call-iptables = 1
+net.bridge.bridge-nf-call-ip6tables = 1
+net.ipv4.ip_forward = 1"
+  if ((CHANGED)); then
+    sysctl --system >/dev/null
+  fi
+}
+
+install_kubernetes() {
+  local pkg have current=1
+  for pkg in "${PACKAGES[@]}"; do
+    have="$(installed_version "$pkg")"
+    [[ "$have" == "1.$minor."* ]] || current=0
+  done
+  if ((current)); then
+    echo "kubernetes: packages 1.$minor (present)"
+    return 0
+  fi
+  have="$(installed_version kubeadm)"
+  if [[ -n "$have" && -f "$ROOT$KUBELET_CONF" ]]; then
+    fail "kubeadm" "1.$minor.x" "$have on a node that has joined; upgrade it with kubeadm upgrade node, not here"
+  fi
+  apt_repo kubernetes "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/Release.key" \
+    "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/ /"
+  apt_install "${PACKAGES[@]}"
+  hold "${PACKAGES[@]}"
+  systemctl enable kubelet
+}
+
+join() {
+  local token="${PGC_JOIN_TOKEN:-}" hash="${PGC_CA_CERT_HASH:-}" api
+  # Checked without echoing them: a malformed value is named, never shown.
+  [[ "$token" =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] || fail "join token" "[a-z0-9]{6}.[a-z0-9]{16}" "a malformed value"
+  [[ "$hash" =~ ^sha256:[a-f0-9]{64}$ ]] || fail "CA cert hash" "sha256:<64 hex digits>" "a malformed value"
+  # v1beta4 is served from kubeadm 1.31 (v1beta3 is deprecated there).
+  api="kubeadm.k8s.io/v1beta4"
+  ((10#$minor < 31)) && api="kubeadm.k8s.io/v1beta3"
+  mkdir -p "$ROOT/run"
+  JOIN_CONFIG="$(umask 077 && mktemp "$ROOT/run/pgc-join.XXXXXX")"
+  trap 'rm -f "$JOIN_CONFIG"' EXIT
+  cat >"$JOIN_CONFIG" <<EOF
+apiVersion: $api
+kind: JoinConfiguration
+discovery:
+  bootstrapToken:
+    apiServerEndpoint: "$api_endpoint"
+    token: "$token"
+    caCertHashes: ["$hash"]
+nodeRegistration:
+  name: "$node_name"
+  criSocket: unix:///run/containerd/containerd.sock
+EOF
+  kubeadm join --config "$JOIN_CONFIG"
+  echo "join: joined as $node_name"
+}
+
+main() {
+  swap_off
+  kernel_prerequisites
+  install_kubernetes
+  if [[ -f "$ROOT$KUBELET_CONF" ]]; then
+    echo "join: already joined ($KUBELET_CONF exists)"
+    return 0
+  fi
+  join
+}
+
+main "$@" </dev/null

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Step 3 of the guest bootstrap: containerd with the systemd cgroup driver and, when the host owns the driver,
+# the NVIDIA Container Toolkit from NVIDIA's apt repository, pinned and held, registered with containerd.
+# Sent after guest_lib.sh.
+#
+# Usage: guest_runtime.sh --toolkit 0|1 [--toolkit-version V] [--default-runtime 0|1] [--cdi 0|1]
+# --toolkit 0: the GPU Operator's toolkit container configures containerd itself; only containerd is set up.
+# containerd restarts only when its configuration changed (or it was just installed).
+set -euo pipefail
+# shellcheck disable=SC2034 # read by die() in guest_lib.sh
+STEP="runtime"
+
+toolkit=0 toolkit_version="" default_runtime=1 cdi=0
+while (($#)); do
+  case "$1" in
+  --toolkit) toolkit="$2" ;;
+  --toolkit-version) toolkit_version="$2" ;;
+  --default-runtime) default_runtime="$2" ;;
+  --cdi) cdi="$2" ;;
+  *) die "unknown argument $1" ;;
+  esac
+  shift 2
+done
+[[ "$toolkit" =~ ^[01]$ && "$default_runtime" =~ ^[01]$ && "$cdi" =~ ^[01]$ ]] ||
+  fail "arguments" "0 or 1 for --toolkit, --default-runtime and --cdi" "'$toolkit' '$default_runtime' '$cdi'"
+if ((toolkit)); then
+  [[ "$toolkit_version" =~ ^[0-9]+\.[0-9]+\.[0-9]+(~rc\.[0-9]+)?-[0-9]+$ ]] ||
+    fail "--toolkit-version" "an apt version like 1.18.2-1" "'$toolkit_version'"
+fi
+
+CONFIG="/etc/containerd/config.toml"
+TOOLKIT_PACKAGES=(nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1)
+# Where nvidia-cdi-refresh (toolkit 1.18+) writes too: one spec file, never two that define the same devices.
+CDI_SPEC="/var/run/cdi/nvidia.yaml"
+
+# containerd_state: the main config and every drop-in, to tell whether anything changed.
+containerd_state() {
+  cat "$ROOT$CONFIG" "$ROOT"/etc/containerd/conf.d/*.toml 2>/dev/null || true
+}
+
+setup_containerd() {
+  local config
+  if [[ -z "$(installed_version containerd)$(installed_version containerd.io)" ]]; then
+    apt_install containerd
+  fi
+  if [[ -s "$ROOT$CONFIG" ]]; then
+    config="$(cat "$ROOT$CONFIG")"
+  else
+    config="$(containerd config default)"
+  fi
+  # kubelet uses the systemd cgroup driver (kubeadm's default since 1.22); runc must match it.
+  if ! grep -qE '^[[:space:]]*SystemdCgroup[[:space:]]*=' <<<"$config"; then
+    fail "$CONFIG" "a SystemdCgroup option of the runc runtime" "none"
+  fi
+  config="$(sed -E 's/^([[:space:]]*SystemdCgroup[[:space:]]*=[[:space:]]*)false/\1true/' <<<"$config")"
+  put "$CONFIG" "$config"
+}
+
+setup_toolkit() {
+  local pkg current=1 args
+  # shellcheck disable=SC2016 # $(ARCH) is apt's own variable in sources.list, not a shell expansion
+  apt_repo nvidia-container-toolkit https://nvidia.github.io/libnvidia-container/gpgkey \
+    'https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /'
+  for pkg in "${TOOLKIT_PACKAGES[@]}"; do
+    [[ "$(installed_version "$pkg")" == "$toolkit_version" ]] || current=0
+  done
+  if ((current)); then
+    echo "toolkit: $toolkit_version (present)"
+  else
+    apt_install "${TOOLKIT_PACKAGES[@]/%/=$toolkit_version}"
+    hold "${TOOLKIT_PACKAGES[@]}"
+  fi
+  # Adds the nvidia runtime (copying runc's options, SystemdCgroup included, hence after setup_containerd).
+  # Toolkits since 1.17 write it to a drop-in (/etc/containerd/conf.d/99-nvidia.toml) imported by the main
+  # config, leaving the rest of config.toml as it is; re-running it rewrites the same content.
+  args=(runtime configure --runtime=containerd)
+  ((default_runtime)) && args+=(--set-as-default)
+  nvidia-ctk "${args[@]}" >/dev/null
+  if ((cdi)); then
+    # The spec lists the GPUs and MIG devices that exist now. nvidia-cdi-refresh (toolkit 1.18+) regenerates
+    # it at boot and on driver changes, but not after the MIG manager repartitions a GPU
+    # (NVIDIA/nvidia-container-toolkit#1828): MIG entries are then stale until `nvidia-ctk cdi generate` runs
+    # again. Pods are not affected (with cdi.enabled the operator's device plugin generates the specs of the
+    # devices it hands out, and the MIG manager restarts it after a change); containers started outside
+    # Kubernetes (ctr, nerdctl) are.
+    if [[ ! -s "$ROOT$CDI_SPEC" ]]; then
+      mkdir -p "$(dirname "$ROOT$CDI_SPEC")"
+      nvidia-ctk cdi generate --output="$ROOT$CDI_SPEC" >/dev/null
+      echo "changed: $CDI_SPEC"
+    fi
+  fi
+}
+
+main() {
+  local before
+  before="$(containerd_state)"
+  setup_containerd
+  if ((toolkit)); then
+    setup_toolkit
+  else
+    echo "toolkit: left to the GPU Operator"
+  fi
+  if [[ "$(containerd_state)" != "$before" ]]; then
+    systemctl restart containerd
+    echo "runtime: containerd restarted"
+  else
+    echo "runtime: containerd unchanged"
+  fi
+}
+
+main "$@" </dev/null

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Step 5 of the guest bootstrap, the gate before the GPU stack: the host sees exactly the GPUs assigned to it on
+# the PCI bus and (host driver) in nvidia-smi, and containerd knows the nvidia runtime (host toolkit).
+# Changes nothing. Sent after guest_lib.sh.
+#
+# Usage: guest_verify.sh --gpu VENDOR:DEVICE=PRODUCT [--gpu ...] [--nvidia-smi 0|1] [--driver VERSION|BRANCH]
+#                        [--containerd-nvidia 0|1]
+# PRODUCT is the NVML name with spaces as dashes (NVIDIA-A10). Prints "verify: ok: ..." or fails naming what
+# was expected and what was seen.
+set -euo pipefail
+# shellcheck disable=SC2034 # read by die() in guest_lib.sh
+STEP="verify"
+
+gpus=() nvidia_smi=0 driver="" containerd_nvidia=0
+while (($#)); do
+  case "$1" in
+  --gpu) gpus+=("$2") ;;
+  --nvidia-smi) nvidia_smi="$2" ;;
+  --driver) driver="$2" ;;
+  --containerd-nvidia) containerd_nvidia="$2" ;;
+  *) die "unknown argument $1" ;;
+  esac
+  shift 2
+done
+((${#gpus[@]})) || fail "arguments" "at least one --gpu" "none"
+
+check_pci() {
+  local -A want=()
+  local gpu id seen
+  for gpu in "${gpus[@]}"; do
+    id="${gpu%%=*}"
+    want[$id]=$((${want[$id]:-0} + 1))
+  done
+  for id in "${!want[@]}"; do
+    seen="$(lspci -nn | grep -ciF "[$id]" || true)"
+    if [[ "$seen" != "${want[$id]}" ]]; then
+      fail "lspci -nn" "${want[$id]} x $id" "$seen"
+    fi
+  done
+}
+
+check_nvidia_smi() {
+  local listing names expected version
+  listing="$(nvidia-smi -L 2>&1)" || fail "nvidia-smi -L" "${#gpus[@]} GPU(s)" "an error: $(tail -n 1 <<<"$listing")"
+  # "GPU 0: NVIDIA A10 (UUID: GPU-...)"; MIG devices are listed indented below their GPU and are not counted.
+  names="$(sed -nE 's/^GPU [0-9]+: (.*) \(UUID: .*\)$/\1/p' <<<"$listing" | tr ' ' '-' | sort | paste -sd, -)"
+  expected="$(printf '%s\n' "${gpus[@]#*=}" | sort | paste -sd, -)"
+  [[ "$names" == "$expected" ]] || fail "nvidia-smi -L" "$expected" "${names:-no GPU}"
+  if [[ -n "$driver" ]]; then
+    version="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)"
+    [[ "$version" == "$driver" || "$version" == "$driver".* ]] || fail "driver version" "$driver" "$version"
+  fi
+}
+
+check_containerd() {
+  local runtimes
+  runtimes="$(containerd config dump | sed -nE 's/^[[:space:]]*\[.*\.runtimes\.("?)([A-Za-z0-9_-]+)\1\][[:space:]]*$/\2/p' |
+    sort -u | paste -sd, -)"
+  grep -qxF nvidia <<<"${runtimes//,/$'\n'}" || fail "containerd config dump" "an nvidia runtime" "${runtimes:-none}"
+}
+
+main() {
+  check_pci
+  ((nvidia_smi)) && check_nvidia_smi
+  ((containerd_nvidia)) && check_containerd
+  echo "verify: ok: $(printf '%s\n' "${gpus[@]#*=}" | paste -sd, -)"
+}
+
+main "$@" </dev/null
