@@ -18,6 +18,8 @@ from components.gpu_monitoring import GpuMonitoring
 from components.gpu_node import GpuNodeLabels
 from components.gpu_operator import GpuOperator
 from components.gpu_quota import GpuQuotas
+from components.guest_bootstrap import GuestBootstrap
+from components.guest_spec import bootstrap_spec
 from components.operator_values import uses_dra
 from components.smoke_test import GpuSmokeTest
 from components.spec import ClusterSpec
@@ -42,6 +44,8 @@ class Cluster:
     providers: Providers
     capacity: list[WorkerCapacity]
     proxmox: ProxmoxLayer
+    bootstraps: dict[str, GuestBootstrap]
+    """Worker name -> its guest bootstrap."""
 
 
 def proxmox_provider(spec: ClusterSpec, secrets: Secrets) -> proxmoxve.Provider:
@@ -69,6 +73,29 @@ def proxmox_provider(spec: ClusterSpec, secrets: Secrets) -> proxmoxve.Provider:
     )
 
 
+def build_guests(
+    spec: ClusterSpec, layer: ProxmoxLayer, secrets: Secrets, provider: command.Provider
+) -> dict[str, GuestBootstrap]:
+    """One bootstrap chain per worker VM, connecting to the VM's address; workers never wait for each other."""
+    bootstraps: dict[str, GuestBootstrap] = {}
+    for worker in spec.workers:
+        vm = layer.vms.get(worker.name)
+        if vm is None:
+            continue
+        bootstraps[worker.name] = GuestBootstrap(
+            f"{worker.name}-bootstrap",
+            bootstrap_spec(spec, worker),
+            provider=provider,
+            host=vm.ip_address,
+            user=worker.ssh_user,
+            ssh_private_key=secrets.ssh_private_key,
+            join_token=secrets.join_token,
+            ca_cert_hash=secrets.ca_cert_hash,
+            replace_with=[vm.vm],
+        )
+    return bootstraps
+
+
 def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
     """Create every resource of the stack described by ``spec``."""
     providers = Providers(
@@ -79,11 +106,14 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
     layer = build_proxmox(
         spec, proxmox=providers.proxmox, host_command=providers.command, ssh_private_key=secrets.ssh_private_key
     )
+    bootstraps = build_guests(spec, layer, secrets, providers.command)
     k8s = providers.kubernetes
     op = spec.gpu_operator
     gpu_stack: list[pulumi.Resource] = []
     if op.enabled or uses_dra(spec):
-        gpu_stack.append(GpuNodeLabels("gpu-nodes", spec, list(spec.workers), provider=k8s))
+        # Each node's labels wait for that node's bootstrap (joined and verified), not for the others.
+        ready: dict[str, list[pulumi.Resource]] = {n: [b] for n, b in bootstraps.items()}
+        gpu_stack.append(GpuNodeLabels("gpu-nodes", spec, list(spec.workers), provider=k8s, node_ready=ready))
     if op.enabled:
         operator = GpuOperator("gpu-operator", spec, provider=k8s, depends_on=gpu_stack)
         gpu_stack.append(operator)
@@ -95,7 +125,7 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
         DraDriver("dra-driver", spec, provider=k8s, depends_on=gpu_stack)
     if spec.quotas:
         GpuQuotas("gpu-quotas", spec, provider=k8s)
-    return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec), proxmox=layer)
+    return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec), proxmox=layer, bootstraps=bootstraps)
 
 
 def export(cluster: Cluster) -> None:

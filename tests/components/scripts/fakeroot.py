@@ -67,6 +67,16 @@ class FakeRoot:
         after = self.log.read_text().splitlines() if self.log.exists() else []
         return Result(proc.returncode, proc.stdout, proc.stderr, after[len(before) :])
 
+    def run_stdin(self, text: str, *args: str) -> Result:
+        """Run ``text`` the way the remote commands do: ``bash -s -- <args>`` with the script on stdin."""
+        before = self.log.read_text().splitlines() if self.log.exists() else []
+        env = {"PATH": f"{self.bin}:/usr/bin:/bin", "PGC_ROOT": str(self.root), "LC_ALL": "C"}
+        proc = subprocess.run(
+            ["bash", "-s", "--", *args], input=text, env=env, capture_output=True, text=True, check=False
+        )
+        after = self.log.read_text().splitlines() if self.log.exists() else []
+        return Result(proc.returncode, proc.stdout, proc.stderr, after[len(before) :])
+
     def snapshot(self) -> dict[str, str]:
         """Every file under the root except the stubs and the call log, with its content."""
         return {

@@ -1,0 +1,168 @@
+"""A fake Ubuntu guest for the guest bootstrap scripts: a FakeRoot whose stubs keep state like the real tools.
+
+apt-get/dpkg-query/apt-mark/apt-cache share a package database under ``var/lib/fake-dpkg`` (one file per
+installed package holding its version) and an archive of available versions under ``var/lib/fake-archive``.
+modprobe loads modules by creating ``sys/module/<name>`` (nvidia only when a driver package is installed, with
+its upstream version); ``reboot()`` is what the scheduled reboot would do. Every stub records its call.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from components.guest_scripts import secret_stdin, step_script
+from tests.components.scripts.fakeroot import FakeRoot, Result
+
+KERNEL = "6.8.0-49-generic"
+DEFAULT_CONTAINERD = """version = 2
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.8"
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+            SystemdCgroup = false"""
+ARCHIVE = {
+    "nvidia-headless-580-server-open": ["580.105.08-0ubuntu0.24.04.1", "580.95.05-0ubuntu0.24.04.2"],
+    "nvidia-headless-580-server": ["580.105.08-0ubuntu0.24.04.1", "580.95.05-0ubuntu0.24.04.2"],
+    "nvidia-utils-580-server": ["580.105.08-0ubuntu0.24.04.1", "580.95.05-0ubuntu0.24.04.2"],
+    f"linux-headers-{KERNEL}": [f"{KERNEL.removesuffix('-generic')}.50"],
+    "containerd": ["1.7.28-0ubuntu1~24.04.1"],
+    "nvidia-container-toolkit": ["1.18.2-1", "1.18.1-1"],
+    "nvidia-container-toolkit-base": ["1.18.2-1", "1.18.1-1"],
+    "libnvidia-container-tools": ["1.18.2-1", "1.18.1-1"],
+    "libnvidia-container1": ["1.18.2-1", "1.18.1-1"],
+    "kubelet": ["1.34.2-1.1"],
+    "kubeadm": ["1.34.2-1.1"],
+    "kubectl": ["1.34.2-1.1"],
+}
+MUTATING = (
+    "apt-get install",
+    "apt-get purge",
+    "apt-mark hold",
+    "apt-mark unhold",
+    "update-initramfs",
+    "systemd-run",
+    "systemctl restart",
+    "systemctl enable",
+    "kubeadm join",
+    "swapoff",
+    "sysctl",
+    "curl",
+    "nvidia-ctk cdi",
+)
+"""Calls that change a host; a re-run on a provisioned guest must make none."""
+
+_DPKG = "$PGC_ROOT/var/lib/fake-dpkg"
+_STUBS = {
+    "dpkg-query": f'p="$3"; [ -f "{_DPKG}/$p" ] || exit 1; printf "ii  %s\\n" "$(cat "{_DPKG}/$p")"',
+    "apt-cache": 'f="$PGC_ROOT/var/lib/fake-archive/$2"; [ -f "$f" ] || exit 0\n'
+    'while read -r v; do printf " %s | %s | http://archive.ubuntu.com/ubuntu noble/restricted\\n" "$2" "$v"; '
+    'done < "$f"',
+    "apt-get": f"""cmd=""; skip=0
+for a in "$@"; do
+  if [ "$skip" = 1 ]; then skip=0; continue; fi
+  case "$a" in
+    -o) skip=1 ;;
+    -*) ;;
+    update|install|purge) cmd="$a" ;;
+    *) p="${{a%%=*}}"; v="${{a#*=}}"
+       a_file="$PGC_ROOT/var/lib/fake-archive/$p"
+       if [ "$cmd" = install ]; then
+         [ -f "$a_file" ] || {{ echo "E: Unable to locate package $p" >&2; exit 100; }}
+         [ "$v" = "$a" ] && v="$(head -n 1 "$a_file")"
+         mkdir -p "{_DPKG}"; printf "%s" "$v" > "{_DPKG}/$p"
+       elif [ "$cmd" = purge ]; then rm -f "{_DPKG}/$p"; fi ;;
+  esac
+done""",
+    "apt-mark": 'h="$PGC_ROOT/var/lib/fake-holds"; touch "$h"; c="$1"; shift\n'
+    'case "$c" in showhold) cat "$h" ;; hold) for p in "$@"; do echo "$p" >> "$h"; done ;;\n'
+    'unhold) for p in "$@"; do grep -vxF "$p" "$h" > "$h.new" || true; mv "$h.new" "$h"; done ;; esac',
+    "curl": 'echo "-----BEGIN PGP PUBLIC KEY BLOCK-----"',
+    "gpg": 'while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out="$2"; fi; shift; done; cat > "$out"',
+    "uname": f'echo "{KERNEL}"',
+    "modprobe": f"""if [ "$1" = -r ]; then
+  [ -f "$PGC_ROOT/nouveau-busy" ] && exit 1; rm -rf "$PGC_ROOT/sys/module/$2"; exit 0
+fi
+if [ "$1" = nvidia ]; then
+  v=""; for f in "{_DPKG}"/nvidia-headless-*; do [ -f "$f" ] && v="$(cut -d- -f1 < "$f")"; done
+  [ -n "$v" ] || exit 1
+  mkdir -p "$PGC_ROOT/sys/module/nvidia"; printf "%s\\n" "$v" > "$PGC_ROOT/sys/module/nvidia/version"; exit 0
+fi
+mkdir -p "$PGC_ROOT/sys/module/$1\"""",
+    "containerd": f"""if [ "$2" = default ]; then cat <<'EOF'
+{DEFAULT_CONTAINERD}
+EOF
+else cat "$PGC_ROOT/etc/containerd/config.toml" "$PGC_ROOT"/etc/containerd/conf.d/*.toml 2>/dev/null; fi""",
+    "nvidia-ctk": """if [ "$1" = cdi ]; then out="${3#--output=}"; echo "cdiVersion: 0.5.0" > "$out"; exit 0; fi
+c="$PGC_ROOT/etc/containerd/config.toml"
+grep -q '^imports' "$c" || { printf 'imports = ["/etc/containerd/conf.d/*.toml"]\\n' | cat - "$c" > "$c.n"; mv "$c.n" "$c"; }
+mkdir -p "$PGC_ROOT/etc/containerd/conf.d"
+{ echo '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
+  echo '  runtime_type = "io.containerd.runc.v2"'
+  [ "$4" = --set-as-default ] && echo '[plugins."io.containerd.grpc.v1.cri".containerd]' && \
+    echo '  default_runtime_name = "nvidia"'
+} > "$PGC_ROOT/etc/containerd/conf.d/99-nvidia.toml\"""",
+    "nvidia-smi": """[ -f "$PGC_ROOT/sys/module/nvidia/version" ] || { echo "NVIDIA-SMI has failed" ; exit 9; }
+if [ "$1" = -L ]; then cat "$PGC_ROOT/fake-gpus"; else cat "$PGC_ROOT/sys/module/nvidia/version"; fi""",
+    "lspci": 'cat "$PGC_ROOT/fake-lspci"',
+    "kubeadm": 'cfg="$3"; stat -c %a "$cfg" > "$PGC_ROOT/join-config-mode"; cp "$cfg" "$PGC_ROOT/join-config"\n'
+    'printf "%s\\n" "$cfg" > "$PGC_ROOT/join-config-path"\n'
+    'mkdir -p "$PGC_ROOT/etc/kubernetes"; echo "kind: Config" > "$PGC_ROOT/etc/kubernetes/kubelet.conf"\n'
+    'echo "This node has joined the cluster"',
+    "cloud-init": 'echo "status: done"',
+}
+
+A10_LSPCI = "00:10.0 3D controller [0302]: NVIDIA Corporation GA102GL [A10] [10de:2236] (rev a1)\n"
+A10_SMI = "GPU 0: NVIDIA A10 (UUID: GPU-7f1c2a80-0000-0000-0000-000000000001)\n"
+
+
+class FakeGuest(FakeRoot):
+    """A fresh Ubuntu 24.04 cloud-image guest after cloud-init ran our vendor data (nouveau blacklisted and
+    unloaded), with one A10 passed through."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        for name, body in _STUBS.items():
+            self.stub_script(name, body)
+        for name in ("update-initramfs", "systemd-run", "systemctl", "sysctl", "swapoff"):
+            self.stub(name)
+        self.write("etc/os-release", 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="24.04"\n')
+        self.write("etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\noptions nouveau modeset=0\n")
+        self.write("etc/fstab", "LABEL=cloudimg-rootfs / ext4 discard,errors=remount-ro 0 1\n")
+        self.write("proc/swaps", "Filename Type Size Used Priority\n")
+        self.write("fake-lspci", A10_LSPCI)
+        self.write("fake-gpus", A10_SMI)
+        for package, versions in ARCHIVE.items():
+            self.write(f"var/lib/fake-archive/{package}", "\n".join(versions) + "\n")
+
+    def installed(self, package: str) -> str | None:
+        path = self.root / "var/lib/fake-dpkg" / package
+        return path.read_text() if path.exists() else None
+
+    def holds(self) -> list[str]:
+        path = self.root / "var/lib/fake-holds"
+        return path.read_text().split() if path.exists() else []
+
+    def step(self, step: str, *args: str, secrets: dict[str, str] | None = None) -> Result:
+        """Run a bootstrap step as the remote command does (helpers + step on stdin)."""
+        text = secret_stdin(step, secrets) if secrets is not None else step_script(step)
+        return self.run_stdin(text, *args)
+
+    def reboot(self) -> None:
+        """What the scheduled reboot does: nouveau stays out (blacklisted), udev loads the installed nvidia
+        module."""
+        shutil.rmtree(self.root / "sys/module", ignore_errors=True)
+        (self.root / "nouveau-busy").unlink(missing_ok=True)
+        drivers = sorted((self.root / "var/lib/fake-dpkg").glob("nvidia-headless-*"))
+        if drivers:
+            self.write("sys/module/nvidia/version", drivers[-1].read_text().split("-")[0] + "\n")
+
+
+def mutating(calls: list[str]) -> list[str]:
+    """The calls that changed something."""
+    return [c for c in calls if c.startswith(MUTATING)]
