@@ -1,0 +1,370 @@
+"""The guest bootstrap steps against a fake Ubuntu guest, run the way the remote commands run them (helpers +
+step on stdin, ``bash -s -- args``): a full first provisioning, then a second run that changes nothing; reboots
+counted; failures name the step, what was expected and what was seen; secrets never leave the join step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.guest_scripts import driver_args, join_args, runtime_args, verify_args
+from components.guest_spec import ExpectedGpu, GuestBootstrapSpec
+from tests.components.scripts.fakeguest import A10_LSPCI, A10_SMI, FakeGuest, mutating
+
+TOKEN = "abcdef.0123456789abcdef"
+HASH = "sha256:" + "0a" * 32
+SECRETS = {"PGC_JOIN_TOKEN": TOKEN, "PGC_CA_CERT_HASH": HASH}
+
+
+def spec(**overrides: object) -> GuestBootstrapSpec:
+    data: dict[str, object] = {
+        "nodeName": "gpu-a10-1",
+        "gpus": [{"vendorDevice": "10de:2236", "product": "NVIDIA-A10"}],
+        "driverMode": "host",
+        "driverBranch": "580",
+        "driverVersion": "580.95.05",
+        "kernelModules": "open",
+        "toolkit": True,
+        "cdi": False,
+        "apiEndpoint": "k8s-api.lab.internal:6443",
+        "kubernetesMinor": 34,
+    }
+    data.update(overrides)
+    return GuestBootstrapSpec.model_validate(data)
+
+
+@pytest.fixture
+def guest(tmp_path: Path) -> FakeGuest:
+    return FakeGuest(tmp_path / "root")
+
+
+def provision(guest: FakeGuest, b: GuestBootstrapSpec) -> tuple[list[str], int]:
+    """Every step in order, rebooting where the driver step asks; (all calls, reboots)."""
+    calls: list[str] = []
+    reboots = 0
+    for step, args in (
+        ("cloud-init", []),
+        ("driver", driver_args(b)),
+        ("runtime", runtime_args(b)),
+        ("join", join_args(b)),
+        ("verify", verify_args(b)),
+    ):
+        r = guest.step(step, *args, secrets=SECRETS if step == "join" else None)
+        assert r.returncode == 0, f"{step}: {r.stderr}"
+        calls += r.calls
+        if "reboot: scheduled" in r.stdout:
+            reboots += 1
+            guest.reboot()
+    return calls, reboots
+
+
+def test_first_provisioning_installs_everything_without_a_reboot(guest: FakeGuest) -> None:
+    # cloud-init's vendor data blacklisted and unloaded nouveau; the fresh driver module loads with modprobe.
+    calls, reboots = provision(guest, spec())
+    assert reboots == 0
+    assert guest.installed("nvidia-headless-580-server-open") == "580.95.05-0ubuntu0.24.04.2"
+    assert guest.installed("nvidia-utils-580-server") == "580.95.05-0ubuntu0.24.04.2"
+    assert guest.installed("linux-headers-6.8.0-49-generic") is not None
+    assert guest.installed("nvidia-container-toolkit") == "1.18.2-1"
+    assert guest.installed("kubeadm") == "1.34.2-1.1"
+    assert set(guest.holds()) >= {
+        "nvidia-headless-580-server-open", "nvidia-utils-580-server", "nvidia-container-toolkit",
+        "libnvidia-container1", "kubelet", "kubeadm", "kubectl",
+    }  # fmt: skip
+    assert "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in calls
+    assert calls.count("systemctl restart containerd") == 1
+    assert [c for c in calls if c.startswith("kubeadm")] == [
+        f"kubeadm join --config {guest.read('join-config-path').strip()}"
+    ]
+    assert not [c for c in calls if c.startswith(("systemd-run", "update-initramfs"))]
+
+
+def test_second_run_changes_nothing_and_reboots_nothing(guest: FakeGuest) -> None:
+    b = spec()
+    provision(guest, b)
+    before = guest.snapshot()
+    calls, reboots = provision(guest, b)
+    assert reboots == 0
+    assert mutating(calls) == []
+    assert not [c for c in calls if c.startswith(("apt-get", "modprobe"))]
+    assert guest.snapshot() == before
+
+
+def test_containerd_config_keeps_its_content_and_gets_systemd_cgroups(guest: FakeGuest) -> None:
+    guest.write("var/lib/fake-dpkg/containerd", "1.7.28-0ubuntu1~24.04.1")
+    guest.write(
+        "etc/containerd/config.toml",
+        "# site tuning\noom_score = -999\n[plugins.x.runtimes.runc.options]\n  SystemdCgroup = false\n",
+    )
+    r = guest.step("runtime", *runtime_args(spec()))
+    assert r.returncode == 0, r.stderr
+    config = guest.read("etc/containerd/config.toml")
+    assert "oom_score = -999" in config and "# site tuning" in config
+    assert "SystemdCgroup = true" in config and "SystemdCgroup = false" not in config
+    assert not [c for c in r.calls if c.endswith(" containerd") and c.startswith("apt-get install")]
+    assert 'default_runtime_name = "nvidia"' in guest.read("etc/containerd/conf.d/99-nvidia.toml")
+
+
+def test_the_new_repository_is_fetched_before_its_packages_are_installed(guest: FakeGuest) -> None:
+    r = guest.step("runtime", *runtime_args(spec()))
+    assert r.returncode == 0, r.stderr
+    key = r.calls.index("curl -fsSL --retry 3 https://nvidia.github.io/libnvidia-container/gpgkey")
+    install = next(i for i, c in enumerate(r.calls) if "nvidia-container-toolkit=1.18.2-1" in c)
+    assert "apt-get update -q" in r.calls[key:install]
+    assert guest.read("etc/apt/sources.list.d/nvidia-container-toolkit.list") == (
+        "deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.gpg] "
+        "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
+    )
+
+
+def test_cdi_spec_is_generated_once(guest: FakeGuest) -> None:
+    b = spec(cdi=True)
+    first = guest.step("runtime", *runtime_args(b))
+    second = guest.step("runtime", *runtime_args(b))
+    assert first.returncode == second.returncode == 0
+    assert [c for c in first.calls if c.startswith("nvidia-ctk cdi generate")]
+    assert not [c for c in second.calls if c.startswith("nvidia-ctk cdi")]
+    assert guest.read("var/run/cdi/nvidia.yaml").startswith("cdiVersion")
+
+
+def test_operator_managed_toolkit_leaves_containerd_to_the_operator(guest: FakeGuest) -> None:
+    b = spec(driverMode="operator", toolkit=False)
+    r = guest.step("runtime", *runtime_args(b))
+    assert r.returncode == 0, r.stderr
+    assert "SystemdCgroup = true" in guest.read("etc/containerd/config.toml")
+    assert not [c for c in r.calls if "nvidia" in c]
+
+
+def test_nouveau_loaded_without_blacklist_costs_exactly_one_reboot(guest: FakeGuest) -> None:
+    # A standalone host whose cloud-init did not blacklist nouveau, and nouveau bound and busy.
+    (guest.root / "etc/modprobe.d/blacklist-nouveau.conf").unlink()
+    guest.write("sys/module/nouveau/refcnt", "1\n")
+    guest.write("nouveau-busy", "")
+    calls, reboots = provision(guest, spec())
+    assert reboots == 1
+    assert "update-initramfs -u" in calls
+    assert "blacklist nouveau" in guest.read("etc/modprobe.d/blacklist-nouveau.conf")
+    again, reboots = provision(guest, spec())
+    assert reboots == 0 and mutating(again) == []
+
+
+def test_blacklist_written_but_nouveau_unloadable_needs_no_reboot(guest: FakeGuest) -> None:
+    (guest.root / "etc/modprobe.d/blacklist-nouveau.conf").unlink()
+    guest.write("sys/module/nouveau/refcnt", "0\n")
+    r = guest.step("driver", *driver_args(spec()))
+    assert r.returncode == 0, r.stderr
+    assert "reboot: not-needed" in r.stdout
+    assert "modprobe -r nouveau" in r.calls and "update-initramfs -u" in r.calls
+
+
+def test_a_blacklist_from_another_file_is_respected(guest: FakeGuest) -> None:
+    (guest.root / "etc/modprobe.d/blacklist-nouveau.conf").unlink()
+    guest.write("usr/lib/modprobe.d/nvidia-graphics-drivers.conf", "blacklist nouveau\n")
+    r = guest.step("driver", *driver_args(spec(driverMode="operator", toolkit=False)))
+    assert r.returncode == 0, r.stderr
+    assert not (guest.root / "etc/modprobe.d/blacklist-nouveau.conf").exists()
+    assert "update-initramfs -u" not in r.calls
+
+
+def test_driver_version_bump_reinstalls_the_pin_and_reboots_once(guest: FakeGuest) -> None:
+    provision(guest, spec())
+    bumped = spec(driverVersion="580.105.08")
+    r = guest.step("driver", *driver_args(bumped))
+    assert r.returncode == 0, r.stderr
+    assert guest.installed("nvidia-headless-580-server-open") == "580.105.08-0ubuntu0.24.04.1"
+    assert "reboot: scheduled" in r.stdout  # the loaded 580.95.05 module is still in the kernel
+    assert [c for c in r.calls if c.startswith("systemd-run")] == [
+        "systemd-run --on-active=5 --unit=pgc-guest-reboot systemctl reboot"
+    ]
+    guest.reboot()
+    v = guest.step("verify", *verify_args(bumped))
+    assert v.returncode == 0, v.stderr
+    again = guest.step("driver", *driver_args(bumped))
+    assert "reboot: not-needed" in again.stdout and mutating(again.calls) == []
+
+
+def test_branch_only_pin_keeps_the_installed_version(guest: FakeGuest) -> None:
+    b = spec(driverVersion=None, driverFlavor="desktop", kernelModules="proprietary")
+    guest.write("var/lib/fake-archive/nvidia-headless-580", "580.105.08-0ubuntu1\n")
+    guest.write("var/lib/fake-archive/nvidia-utils-580", "580.105.08-0ubuntu1\n")
+    first = guest.step("driver", *driver_args(b))
+    assert first.returncode == 0, first.stderr
+    assert guest.installed("nvidia-headless-580") == "580.105.08-0ubuntu1"
+    guest.write("var/lib/fake-archive/nvidia-headless-580", "580.110.01-0ubuntu1\n580.105.08-0ubuntu1\n")
+    second = guest.step("driver", *driver_args(b))
+    assert mutating(second.calls) == [] and guest.installed("nvidia-headless-580") == "580.105.08-0ubuntu1"
+
+
+def test_missing_driver_version_names_step_expected_and_seen(guest: FakeGuest) -> None:
+    r = guest.step("driver", *driver_args(spec(driverVersion="580.1.2")))
+    assert r.returncode == 1
+    assert r.stderr.strip() == (
+        "guest-bootstrap: driver: nvidia-headless-580-server-open: expected a 580.1.2-* package in the archive, "
+        "seen 580.105.08-0ubuntu0.24.04.1,580.95.05-0ubuntu0.24.04.2"
+    )
+    assert mutating(r.calls) == []
+
+
+def test_operator_mode_installs_no_driver(guest: FakeGuest) -> None:
+    b = spec(driverMode="operator", toolkit=False)
+    r = guest.step("driver", *driver_args(b))
+    assert r.returncode == 0, r.stderr
+    assert "driver: left to the GPU Operator" in r.stdout
+    assert not [c for c in r.calls if c.startswith(("apt-get", "modprobe nvidia"))]
+
+
+def test_purge_only_removes_the_driver_packages(guest: FakeGuest) -> None:
+    provision(guest, spec())
+    r = guest.step("driver", *driver_args(spec()), "--purge")
+    assert r.returncode == 0, r.stderr
+    assert guest.installed("nvidia-headless-580-server-open") is None
+    assert guest.installed("nvidia-container-toolkit") == "1.18.2-1"
+    assert not [c for c in r.calls if c.startswith("systemd-run")]
+
+
+def test_join_keeps_the_secrets_out_of_arguments_output_and_disk(guest: FakeGuest) -> None:
+    r = guest.step("join", *join_args(spec()), secrets=SECRETS)
+    assert r.returncode == 0, r.stderr
+    config = guest.read("join-config")
+    assert f'token: "{TOKEN}"' in config and f'caCertHashes: ["{HASH}"]' in config
+    assert 'name: "gpu-a10-1"' in config and "apiVersion: kubeadm.k8s.io/v1beta4" in config
+    assert guest.read("join-config-mode").strip() == "600"
+    leftover = Path(guest.read("join-config-path").strip())
+    assert not leftover.exists()
+    everything = r.stdout + r.stderr + "\n".join(r.calls)
+    assert TOKEN not in everything and HASH not in everything and TOKEN.split(".")[1] not in everything
+
+
+def test_join_refuses_a_malformed_token_without_showing_it(guest: FakeGuest) -> None:
+    bad = {"PGC_JOIN_TOKEN": "abcdef.NOT-A-TOKEN-$(id)", "PGC_CA_CERT_HASH": HASH}
+    r = guest.step("join", *join_args(spec()), secrets=bad)
+    assert r.returncode == 1
+    assert r.stderr.strip().endswith("join token: expected [a-z0-9]{6}.[a-z0-9]{16}, seen a malformed value")
+    assert "NOT-A-TOKEN" not in r.stderr + r.stdout
+    assert not [c for c in r.calls if c.startswith("kubeadm")]
+
+
+def test_join_on_an_older_minor_uses_v1beta3(guest: FakeGuest) -> None:
+    for package in ("kubelet", "kubeadm", "kubectl"):
+        guest.write(f"var/lib/fake-archive/{package}", "1.30.14-1.1\n")
+    r = guest.step("join", *join_args(spec(kubernetesMinor=30)), secrets=SECRETS)
+    assert r.returncode == 0, r.stderr
+    assert "apiVersion: kubeadm.k8s.io/v1beta3" in guest.read("join-config")
+    assert guest.read("etc/apt/sources.list.d/kubernetes.list").strip().endswith("/core:/stable:/v1.30/deb/ /")
+
+
+def test_joined_node_on_another_minor_is_not_touched(guest: FakeGuest) -> None:
+    for package in ("kubelet", "kubeadm", "kubectl"):
+        guest.write(f"var/lib/fake-dpkg/{package}", "1.33.5-1.1")
+    guest.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    r = guest.step("join", *join_args(spec()), secrets=SECRETS)
+    assert r.returncode == 1
+    assert "join: kubeadm: expected 1.34.x, seen 1.33.5-1.1 on a node that has joined" in r.stderr
+    assert not [c for c in r.calls if c.startswith(("apt-get", "kubeadm"))]
+
+
+def test_swap_is_turned_off_and_stays_off(guest: FakeGuest) -> None:
+    guest.write("proc/swaps", "Filename Type Size Used Priority\n/swap.img file 4194300 0 -2\n")
+    guest.write("etc/fstab", "LABEL=cloudimg-rootfs / ext4 defaults 0 1\n/swap.img none swap sw 0 0\n")
+    r = guest.step("join", *join_args(spec()), secrets=SECRETS)
+    assert r.returncode == 0, r.stderr
+    assert "swapoff -a" in r.calls
+    assert guest.read("etc/fstab") == "LABEL=cloudimg-rootfs / ext4 defaults 0 1\n#/swap.img none swap sw 0 0\n"
+    assert guest.read("etc/sysctl.d/99-kubernetes.conf").count("= 1") == 3
+
+
+def test_hostile_arguments_stay_data(guest: FakeGuest, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    r = guest.step("join", "--node-name", f"x;touch {marker}", "--api-endpoint", "k:1", "--minor", "34")
+    assert r.returncode == 1 and "--node-name: expected a DNS label" in r.stderr
+    r = guest.step("driver", "--mode", "host", "--branch", f"580$(touch {marker})")
+    assert r.returncode == 1 and "--branch: expected a three-digit branch" in r.stderr
+    assert not marker.exists()
+
+
+def test_verify_passes_with_exactly_the_assigned_gpus(guest: FakeGuest) -> None:
+    provision(guest, spec())
+    r = guest.step("verify", *verify_args(spec()))
+    assert r.returncode == 0 and r.stdout.strip() == "verify: ok: NVIDIA-A10"
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (
+            {"fake-lspci": ""},
+            "guest-bootstrap: verify: lspci -nn: expected 1 x 10de:2236, seen 0",
+        ),
+        (
+            {"fake-lspci": A10_LSPCI * 2, "fake-gpus": A10_SMI * 2},
+            "guest-bootstrap: verify: lspci -nn: expected 1 x 10de:2236, seen 2",
+        ),
+        (
+            {"fake-gpus": "GPU 0: NVIDIA A100-PCIE-40GB (UUID: GPU-1)\n"},
+            "guest-bootstrap: verify: nvidia-smi -L: expected NVIDIA-A10, seen NVIDIA-A100-PCIE-40GB",
+        ),
+        (
+            {"sys/module/nvidia/version": "580.105.08\n"},
+            "guest-bootstrap: verify: driver version: expected 580.95.05, seen 580.105.08",
+        ),
+        (
+            {"etc/containerd/conf.d/99-nvidia.toml": ""},
+            "guest-bootstrap: verify: containerd config dump: expected an nvidia runtime, seen runc",
+        ),
+    ],
+    ids=["gpu-missing", "extra-gpu", "wrong-model", "driver-version", "no-nvidia-runtime"],
+)
+def test_verify_names_what_it_expected_and_saw(guest: FakeGuest, setup: dict[str, str], message: str) -> None:
+    provision(guest, spec())
+    for path, content in setup.items():
+        guest.write(path, content)
+    r = guest.step("verify", *verify_args(spec()))
+    assert r.returncode == 1
+    assert r.stderr.strip() == message
+
+
+def test_verify_without_a_driver_reports_nvidia_smi_failing(guest: FakeGuest) -> None:
+    r = guest.step("verify", *verify_args(spec()))
+    assert r.returncode == 1
+    assert r.stderr.strip() == (
+        "guest-bootstrap: verify: nvidia-smi -L: expected 1 GPU(s), seen an error: NVIDIA-SMI has failed"
+    )
+
+
+def test_cloud_init_step_refuses_other_systems(guest: FakeGuest) -> None:
+    guest.write("etc/os-release", 'ID=debian\nVERSION_ID="12"\n')
+    r = guest.step("cloud-init")
+    assert r.returncode == 1
+    assert r.stderr.strip() == (
+        "guest-bootstrap: cloud-init: operating system: expected Ubuntu 22.04 or 24.04, seen 'debian 12'"
+    )
+
+
+def test_cloud_init_recoverable_errors_are_not_fatal(guest: FakeGuest) -> None:
+    guest.stub_script("cloud-init", 'echo "status: degraded done"; exit 2')
+    assert guest.step("cloud-init").returncode == 0
+    guest.stub_script("cloud-init", 'echo "status: error"; exit 1')
+    r = guest.step("cloud-init")
+    assert r.returncode == 1 and "expected done, seen exit 1: status: error" in r.stderr
+
+
+def test_commands_get_dev_null_not_the_script_on_stdin(guest: FakeGuest) -> None:
+    # The script itself arrives on stdin; a tool that read stdin must not be able to eat (or run) any of it.
+    guest.stub_script("cloud-init", 'readlink /proc/$$/fd/0 > "$PGC_ROOT/cloud-init-stdin"; cat > /dev/null')
+    r = guest.step("cloud-init")
+    assert r.returncode == 0 and r.stdout.strip() == "cloud-init: done"
+    assert guest.read("cloud-init-stdin").strip() == "/dev/null"
+
+
+def test_ubuntu_2204_is_accepted(guest: FakeGuest) -> None:
+    guest.write("etc/os-release", 'ID=ubuntu\nVERSION_ID="22.04"\n')
+    assert guest.step("cloud-init").returncode == 0
+
+
+def test_gpu_spec_validation() -> None:
+    with pytest.raises(ValueError, match="not on branch 580"):
+        spec(driverVersion="570.1.2")
+    with pytest.raises(ValueError, match="host toolkit needs the host driver"):
+        spec(driverMode="operator")
+    assert ExpectedGpu(vendorDevice="10de:2236", product="NVIDIA-A10").product == "NVIDIA-A10"

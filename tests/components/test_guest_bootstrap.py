@@ -1,0 +1,275 @@
+"""GuestBootstrap under the mock engine: the step chain per worker, independence of workers, secrets, change
+semantics (what a driver bump or a no-op re-plan changes), and the stack wiring."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+import pytest
+
+from components.guest_bootstrap import GuestBootstrap
+from components.guest_spec import GuestBootstrapSpec, bootstrap_spec
+from components.spec import load_spec
+from components.testing import RecordedResource, Recording, is_secret, redact, run
+from tests.support import ROOT, SECRETS, base_spec, plan_stack
+
+BOOTSTRAP = "proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap"
+REMOTE = "command:remote:Command"
+LOCAL = "command:local:Command"
+VM = "proxmoxve:index/vmLegacy:VmLegacy"
+ORDER = ("cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
+
+
+def steps(rec: Recording, worker: str) -> dict[str, RecordedResource]:
+    component = rec.named(f"{worker}-bootstrap")
+    prefix = f"{worker}-bootstrap-"
+    return {r.name.removeprefix(prefix): r for r in rec.children(component)}
+
+
+def test_each_worker_gets_the_steps_in_order() -> None:
+    rec = plan_stack(base_spec())
+    for worker in ("mig-1", "mig-2", "ts-1"):
+        chain = steps(rec, worker)
+        assert set(chain) == set(ORDER)
+        for earlier, later in itertools.pairwise(ORDER):
+            assert chain[earlier].urn in chain[later].dependencies, (worker, earlier, later)
+            assert not rec.depends_on(chain[earlier], chain[later])
+        assert {r.type for r in chain.values()} == {REMOTE, LOCAL}
+        assert chain["driver-wait"].type == LOCAL
+
+
+def test_steps_wait_for_their_own_vm_and_never_for_another_worker() -> None:
+    rec = plan_stack(base_spec())
+    workers = ("mig-1", "mig-2", "ts-1")
+    for worker in workers:
+        vm = rec.named(f"{worker}-vm")
+        for step in steps(rec, worker).values():
+            assert rec.depends_on(step, vm), step.name
+            assert step.replace_with == [vm.urn], step.name
+            for other in workers:
+                if other == worker:
+                    continue
+                assert not rec.depends_on(step, rec.named(f"{other}-vm")), (step.name, other)
+                assert not rec.depends_on(step, rec.named(f"{other}-bootstrap")), (step.name, other)
+
+
+def test_static_address_still_waits_for_the_vm() -> None:
+    rec = plan_stack(base_spec())
+    cloud_init = steps(rec, "ts-1")["cloud-init"]  # ts-1 has a static 192.0.2.60
+    assert rec.named("ts-1-vm").urn in cloud_init.property_dependencies["connection"]
+
+
+def test_large_bar_restart_comes_before_the_bootstrap() -> None:
+    rec = plan_stack(base_spec())  # token mode: the A100 workers get their MMIO window via qm set
+    assert rec.depends_on(steps(rec, "mig-1")["cloud-init"], rec.named("mig-1-large-bar"))
+
+
+def test_node_labels_wait_for_their_own_bootstrap_only() -> None:
+    rec = plan_stack(base_spec())
+    for worker in ("mig-1", "mig-2", "ts-1"):
+        patch = rec.named(f"gpu-nodes-{worker}")
+        assert rec.depends_on(patch, steps(rec, worker)["verify"])
+        for other in {"mig-1", "mig-2", "ts-1"} - {worker}:
+            assert not rec.depends_on(patch, rec.named(f"{other}-bootstrap-verify"))
+
+
+def test_connection_uses_the_secret_key_with_bounded_retries() -> None:
+    rec = plan_stack(base_spec())
+    for step in steps(rec, "ts-1").values():
+        if step.type != REMOTE:
+            continue
+        connection = step.inputs["connection"]
+        assert is_secret(connection) or is_secret(connection.get("privateKey")), step.name
+        plain = step.plain_inputs["connection"]
+        assert plain["host"] == "192.0.2.60" and plain["user"] == "ubuntu"
+        assert plain["dialErrorLimit"] == 30 and plain["perDialTimeout"] == 10
+
+
+def test_join_secrets_only_travel_secret_on_stdin() -> None:
+    rec = plan_stack(base_spec())
+    join = steps(rec, "ts-1")["join"]
+    assert is_secret(join.inputs["stdin"])
+    stdin = join.plain_inputs["stdin"]
+    assert stdin.startswith(f"PGC_JOIN_TOKEN={SECRETS['kubeadmJoinToken']}\nPGC_CA_CERT_HASH=")
+    assert join.plain_inputs["create"] == (
+        "sudo -n bash -s -- --node-name ts-1 --api-endpoint k8s.example.test:6443 --minor 34"
+    )
+    assert join.plain_inputs["logging"] == "none"
+    assert set(join.additional_secret_outputs) >= {"stdin", "stdout", "stderr"}
+
+
+def test_no_canary_secret_outside_a_secret_anywhere_in_the_plan() -> None:
+    rec = plan_stack(base_spec())
+    canaries = [v for v in SECRETS.values()] + ["CANARY"]
+
+    def plain_strings(value: Any) -> list[str]:
+        if is_secret(value):
+            return []
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in plain_strings(v)]
+        if isinstance(value, list):
+            return [s for v in value for s in plain_strings(v)]
+        return [value] if isinstance(value, str) else []
+
+    bootstrap = [r for r in rec.resources if "-bootstrap" in r.name]
+    assert bootstrap
+    leaks = [(r.name, s) for r in bootstrap for s in plain_strings(r.inputs) if any(c in s for c in canaries)]
+    assert leaks == []
+    assert SECRETS["kubeadmJoinToken"] in json.dumps([r.plain_inputs for r in bootstrap])  # it did get there
+
+
+def test_plan_json_has_no_canary(tmp_path: Any) -> None:
+    stack_file = tmp_path / "Pulumi.canary.yaml"
+    config: dict[str, Any] = {"proxmox-gpu-cluster:cluster": base_spec()}
+    config.update({f"proxmox-gpu-cluster:{k}": {"secure": "AAAA"} for k in SECRETS})
+    stack_file.write_text(json.dumps({"config": config}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "stacks.plan", "--config", str(stack_file), "canary", "--json"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert "-bootstrap-join" in proc.stdout
+    for value in ("plan-placeholder-kubeadmJoinToken", "plan-placeholder-kubeadmCaCertHash", "plan-placeholder-ssh"):
+        assert value not in proc.stdout
+    assert plan
+
+
+def plain_inputs_by_name(rec: Recording) -> dict[str, dict[str, Any]]:
+    return {r.name: r.plain_inputs for r in rec.resources if "-bootstrap-" in r.name}
+
+
+def test_replanning_the_same_spec_changes_nothing() -> None:
+    assert plain_inputs_by_name(plan_stack(base_spec())) == plain_inputs_by_name(plan_stack(base_spec()))
+
+
+def test_driver_version_bump_updates_only_the_driver_step_its_wait_and_the_gate() -> None:
+    before = plan_stack(base_spec())
+    raw = base_spec()
+    raw["gpuOperator"]["driverVersion"] = "580.105.08"
+    after = plan_stack(raw)
+    old, new = plain_inputs_by_name(before), plain_inputs_by_name(after)
+    changed = {name.split("-bootstrap-")[1] for name in new if new[name] != old[name]}
+    assert changed == {"driver", "verify"}  # driver-wait then updates from the driver's new output
+    assert "--version 580.105.08" in new["ts-1-bootstrap-driver"]["create"]
+    # Updates, not replacements: nothing in the bootstrap sets triggers (pulumi-command replaces on any trigger
+    # change) and the wait step takes the driver output as an ordinary input.
+    for r in after.resources:
+        if "-bootstrap-" in r.name:
+            assert "triggers" not in r.inputs, r.name
+    wait = after.named("ts-1-bootstrap-driver-wait")
+    assert after.named("ts-1-bootstrap-driver").urn in wait.property_dependencies["environment"]
+
+
+def test_driver_is_only_purged_when_the_spec_asks() -> None:
+    rec = plan_stack(base_spec())
+    assert "delete" not in steps(rec, "ts-1")["driver"].inputs
+    raw = base_spec()
+    raw["guest"]["purgeDriverOnDestroy"] = True
+    rec = plan_stack(raw)
+    assert steps(rec, "ts-1")["driver"].plain_inputs["delete"].endswith(" --purge")
+
+
+def test_join_method_none_skips_the_join_step_and_its_secrets() -> None:
+    raw = base_spec()
+    raw["kubernetes"]["joinMethod"] = "none"
+    rec = plan_stack(raw)
+    chain = steps(rec, "ts-1")
+    assert "join" not in chain
+    assert chain["runtime"].urn in chain["verify"].dependencies
+
+
+def test_operator_driver_mode_leaves_driver_and_toolkit_to_the_operator() -> None:
+    raw = base_spec()
+    raw["gpuOperator"]["driverMode"] = "operator"
+    chain = steps(plan_stack(raw), "ts-1")
+    assert "--mode operator" in chain["driver"].plain_inputs["create"]
+    assert chain["runtime"].plain_inputs["create"] == "sudo -n bash -s -- --toolkit 0"
+    assert "--nvidia-smi 0" in chain["verify"].plain_inputs["create"]
+
+
+def test_verify_expects_every_assigned_gpu() -> None:
+    chain = steps(plan_stack(base_spec()), "ts-1")
+    assert chain["verify"].plain_inputs["create"] == (
+        "sudo -n bash -s -- --gpu 10de:2236=NVIDIA-A10 --gpu 10de:2236=NVIDIA-A10 --nvidia-smi 1 --driver 580 "
+        "--containerd-nvidia 1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "branch", "expected"),
+    [("auto", "580", "open"), ("auto", "550", "proprietary"), ("proprietary", "580", "proprietary")],
+)
+def test_kernel_module_type(kind: str, branch: str, expected: str) -> None:
+    raw = base_spec()
+    raw["gpuOperator"].update(kernelModuleType=kind, driverBranch=branch)
+    spec = load_spec(raw)
+    assert bootstrap_spec(spec, spec.workers[0]).kernel_modules == expected
+
+
+def test_kubevirt_workers_get_no_driver_or_toolkit() -> None:
+    raw = base_spec()
+    raw["kubevirt"] = {"enabled": True}
+    raw["workers"][2] = {**raw["workers"][2], "workload": "vm-passthrough", "sharing": "none"}
+    raw["workers"][2].pop("timeSlicing")
+    raw["quotas"] = []
+    spec = load_spec(raw)
+    b = bootstrap_spec(spec, spec.workers[2])
+    assert (b.driver_mode, b.toolkit, b.cdi) == ("operator", False, False)
+
+
+def test_kubernetes_older_than_supported_is_refused() -> None:
+    raw = base_spec()
+    raw["kubernetes"]["version"] = "1.29"
+    with pytest.raises(Exception, match=r"cluster\.kubernetes: .*1\.29 is not supported; use 1\.30 or later"):
+        load_spec(raw)
+
+
+STANDALONE = GuestBootstrapSpec.model_validate(
+    {
+        "nodeName": "bare-metal-1",
+        "gpus": [{"vendorDevice": "10de:26b9", "product": "NVIDIA-L40S"}],
+        "driverMode": "host",
+        "driverBranch": "580",
+        "kernelModules": "open",
+        "toolkit": True,
+        "apiEndpoint": "10.0.0.10:6443",
+        "kubernetesMinor": 34,
+    }
+)
+
+
+def test_standalone_use_on_any_host_keeps_plain_secrets_secret() -> None:
+    def program() -> None:
+        provider = command.Provider("cmd")
+        GuestBootstrap(
+            "bm1",
+            STANDALONE,
+            provider=provider,
+            host="10.0.0.21",
+            user="root",
+            ssh_private_key=pulumi.Output.secret("KEY-CANARY"),
+            join_token="abcdef.0123456789abcdef",
+            ca_cert_hash="sha256:" + "0" * 64,
+        )
+
+    rec = run(program)
+    join = rec.named("bm1-join")
+    assert is_secret(join.inputs["stdin"])
+    assert "abcdef.0123456789abcdef" not in json.dumps(redact(join.inputs))
+    assert join.plain_inputs["create"].startswith("bash -s -- --node-name bare-metal-1")  # root: no sudo
+    assert rec.named("bm1-driver-wait").plain_inputs["environment"]["PGC_HOST"] == "10.0.0.21"
+
+
+def test_kubeadm_without_join_secrets_is_a_programming_error() -> None:
+    def program() -> None:
+        GuestBootstrap("bm1", STANDALONE, provider=command.Provider("cmd"), host="h", user="root", ssh_private_key="k")
+
+    with pytest.raises(ValueError, match="needs join_token and ca_cert_hash"):
+        run(program)
