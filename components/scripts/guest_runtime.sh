@@ -43,9 +43,9 @@ setup_containerd() {
   if [[ -z "$(installed_version containerd)$(installed_version containerd.io)" ]]; then
     apt_install containerd
   fi
-  if [[ -s "$ROOT$CONFIG" ]]; then
-    config="$(cat "$ROOT$CONFIG")"
-  else
+  config="$(cat "$ROOT$CONFIG" 2>/dev/null || true)"
+  # Missing, or Docker's containerd.io stub (CRI disabled, nothing else): start from containerd's defaults.
+  if [[ -z "$config" ]] || grep -qE '^[[:space:]]*disabled_plugins[[:space:]]*=[[:space:]]*\["cri"\]' <<<"$config"; then
     config="$(containerd config default)"
   fi
   # kubelet uses the systemd cgroup driver (kubeadm's default since 1.22); runc must match it.
@@ -71,8 +71,9 @@ setup_toolkit() {
     hold "${TOOLKIT_PACKAGES[@]}"
   fi
   # Adds the nvidia runtime (copying runc's options, SystemdCgroup included, hence after setup_containerd).
-  # Toolkits since 1.17 write it to a drop-in (/etc/containerd/conf.d/99-nvidia.toml) imported by the main
-  # config, leaving the rest of config.toml as it is; re-running it rewrites the same content.
+  # Toolkit 1.18 writes it to a drop-in (/etc/containerd/conf.d/99-nvidia.toml) imported by the main config,
+  # leaving the rest of config.toml as it is (older toolkits rewrote config.toml, keeping its settings);
+  # re-running it rewrites the same content.
   args=(runtime configure --runtime=containerd)
   ((default_runtime)) && args+=(--set-as-default)
   nvidia-ctk "${args[@]}" >/dev/null

@@ -106,6 +106,27 @@ def test_containerd_config_keeps_its_content_and_gets_systemd_cgroups(guest: Fak
     assert 'default_runtime_name = "nvidia"' in guest.read("etc/containerd/conf.d/99-nvidia.toml")
 
 
+def test_docker_containerd_stub_config_is_replaced_by_the_defaults(guest: FakeGuest) -> None:
+    guest.write("var/lib/fake-dpkg/containerd.io", "1.7.28-1")
+    guest.write("etc/containerd/config.toml", 'disabled_plugins = ["cri"]\n')
+    r = guest.step("runtime", *runtime_args(spec(driverMode="operator", toolkit=False)))
+    assert r.returncode == 0, r.stderr
+    config = guest.read("etc/containerd/config.toml")
+    assert "disabled_plugins" not in config and "SystemdCgroup = true" in config
+    assert not [c for c in r.calls if c.startswith("apt-get install")]
+
+
+def test_a_config_without_the_runc_option_is_refused(guest: FakeGuest) -> None:
+    guest.write("var/lib/fake-dpkg/containerd", "1.7.28-0ubuntu1~24.04.1")
+    guest.write("etc/containerd/config.toml", "version = 2\n")
+    r = guest.step("runtime", *runtime_args(spec()))
+    assert r.returncode == 1
+    assert r.stderr.strip() == (
+        "guest-bootstrap: runtime: /etc/containerd/config.toml: expected a SystemdCgroup option of the runc "
+        "runtime, seen none"
+    )
+
+
 def test_the_new_repository_is_fetched_before_its_packages_are_installed(guest: FakeGuest) -> None:
     r = guest.step("runtime", *runtime_args(spec()))
     assert r.returncode == 0, r.stderr
