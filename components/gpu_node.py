@@ -14,8 +14,8 @@ from components.spec import ClusterSpec, Worker
 class GpuNodeLabels(pulumi.ComponentResource):
     """A NodePatch per GPU worker with the operator's config labels and the optional GPU taint.
 
-    Works for any existing node by name (bare metal too). For VM workers, pass each node's join step in
-    ``node_ready`` (worker name -> resources): that node's patch waits for it, other nodes do not.
+    Works for any existing node by name (bare metal too). For VM workers, pass each node's ``GuestBootstrap``
+    in ``node_ready`` (worker name -> resources): that node's patch waits for it, other nodes do not.
     """
 
     nodes: pulumi.Output[list[str]]

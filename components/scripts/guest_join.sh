@@ -31,7 +31,7 @@ PACKAGES=(kubelet kubeadm kubectl)
 
 swap_off() {
   local fstab
-  if [[ "$(wc -l <"$ROOT/proc/swaps" 2>/dev/null || echo 0)" -gt 1 ]]; then
+  if [[ "$(wc -l 2>/dev/null <"$ROOT/proc/swaps" || echo 0)" -gt 1 ]]; then
     swapoff -a
     echo "swap: turned off"
   fi
