@@ -27,6 +27,11 @@ def uses_dra(spec: ClusterSpec) -> bool:
     return any(w.dra and w.workload == "container" for w in spec.workers)
 
 
+def sandbox_workloads(spec: ClusterSpec) -> set[str]:
+    """The KubeVirt workload types (``vm-passthrough``, ``vm-vgpu``) some worker runs."""
+    return {w.workload for w in spec.workers if w.workload != "container"}
+
+
 def operator_values(
     spec: ClusterSpec,
     *,
@@ -70,6 +75,15 @@ def operator_values(
         values["dcgmExporter"]["serviceMonitor"] = {"enabled": False}
         if dcgm_metrics_config is not None:
             values["dcgmExporter"]["config"] = {"name": dcgm_metrics_config}
+    sandbox = sandbox_workloads(spec)
+    if sandbox:
+        # Nodes choose their operands by the nvidia.com/gpu.workload.config label (every worker gets one);
+        # unlabelled nodes stay container nodes. vfio-manager binds passthrough GPUs to vfio-pci, the sandbox
+        # device plugin advertises them (and vGPUs) to KubeVirt, vgpu-device-manager creates the vGPU types.
+        values["sandboxWorkloads"] = {"enabled": True, "defaultWorkload": "container"}
+        values["vfioManager"] = {"enabled": "vm-passthrough" in sandbox}
+        values["sandboxDevicePlugin"] = {"enabled": True}
+        values["vgpuDeviceManager"] = {"enabled": "vm-vgpu" in sandbox}
     if uses_dra(spec):
         containers = [w for w in spec.workers if w.workload == "container"]
         if all(w.dra for w in containers):

@@ -207,6 +207,9 @@ def node_labels(spec: ClusterSpec, worker: Worker, dp: DevicePluginConfig, mig: 
         labels["nvidia.com/gpu.deploy.device-plugin"] = "false"
     elif worker.workload == "container":
         labels["nvidia.com/device-plugin.config"] = dp.node_config[worker.name]
+    if worker.workload == "vm-vgpu" and worker.vgpu_type is not None:
+        # vgpu-device-manager creates this vGPU type on every GPU of the node (its configs are named by type).
+        labels["nvidia.com/vgpu.config"] = worker.vgpu_type
     if worker.workload == "container":
         mig_label = mig.node_config.get(worker.name)
         if mig_label is not None:

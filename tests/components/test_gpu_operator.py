@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support import base_spec, plan_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -73,6 +75,21 @@ def test_node_patches() -> None:
     assert ts1["metadata"]["labels"]["nvidia.com/device-plugin.config"].startswith("time-slicing-4-")
     assert "nvidia.com/mig.config" not in ts1["metadata"]["labels"]
     assert "spec" not in ts1 or not ts1["spec"].get("taints")
+
+
+@pytest.mark.parametrize("workload", ["vm-passthrough", "vm-vgpu"])
+def test_kubevirt_node_labels(workload: str) -> None:
+    raw = base_spec()
+    raw["kubevirt"] = {"enabled": True}
+    raw["workers"][2].update(workload=workload, sharing="none", timeSlicing=None)
+    if workload == "vm-vgpu":
+        raw["workers"][2]["vgpuType"] = "A10-24Q"
+    raw["quotas"] = []
+    labels = plan_stack(raw).named("gpu-nodes-ts-1").plain_inputs["metadata"]["labels"]
+    expected = {"nvidia.com/gpu.workload.config": workload, "proxmox-gpu-cluster.io/accelerator": "A10"}
+    if workload == "vm-vgpu":
+        expected["nvidia.com/vgpu.config"] = "A10-24Q"
+    assert labels == expected  # no device-plugin or MIG config: the sandbox operands serve these nodes
 
 
 def test_changing_replicas_changes_only_configmap_name_and_values() -> None:

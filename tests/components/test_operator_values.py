@@ -85,7 +85,22 @@ def variants() -> list[tuple[str, dict[str, Any], dict[str, str | None]]]:
     return out
 
 
-VARIANTS = variants()
+def kubevirt_variants() -> list[tuple[str, dict[str, Any], dict[str, str | None]]]:
+    """ts-1 (two A10s) as a vm-passthrough or vm-vgpu node, with either chart."""
+    out: list[tuple[str, dict[str, Any], dict[str, str | None]]] = []
+    for tag, workload in itertools.product(CHART_VERSIONS, ["vm-passthrough", "vm-vgpu"]):
+        spec = base_spec()
+        spec["gpuOperator"]["chartVersion"] = tag
+        spec["kubevirt"] = {"enabled": True}
+        spec["workers"][2].update(workload=workload, sharing="none", timeSlicing=None)
+        if workload == "vm-vgpu":
+            spec["workers"][2]["vgpuType"] = "A10-24Q"
+        spec["quotas"] = []
+        out.append((tag, spec, {}))
+    return out
+
+
+VARIANTS = variants() + kubevirt_variants()
 
 
 @pytest.mark.parametrize(("tag", "raw", "names"), VARIANTS)
@@ -101,7 +116,8 @@ def test_variants_cover_the_optional_paths() -> None:
     seen = {p for _, raw, names in VARIANTS for p in leaf_paths(operator_values(load_spec(raw), **names))}  # type: ignore[arg-type]
     assert {"devicePlugin.config.name", "migManager.config.name", "dcgmExporter.config.name", "driver.version",
             "driver.kernelModuleType", "dcgmExporter.serviceMonitor.enabled", "devicePlugin.enabled",
-            "driver.manager.env"} <= seen  # fmt: skip
+            "driver.manager.env", "sandboxWorkloads.enabled", "sandboxWorkloads.defaultWorkload",
+            "vfioManager.enabled", "sandboxDevicePlugin.enabled", "vgpuDeviceManager.enabled"} <= seen  # fmt: skip
 
 
 def test_a_mistyped_path_would_be_caught() -> None:
@@ -176,3 +192,18 @@ def test_service_monitor_of_the_chart_is_always_off_with_dcgm() -> None:
     assert _load("v26.7.0", "values.yaml")["dcgmExporter"]["serviceMonitor"]["enabled"] is True
     values = operator_values(load_spec(base_spec()))
     assert values["dcgmExporter"] == {"enabled": True, "serviceMonitor": {"enabled": False}}
+
+
+@pytest.mark.parametrize(("workload", "vfio", "vgpu"), [("vm-passthrough", True, False), ("vm-vgpu", False, True)])
+def test_sandbox_workloads_turn_on_the_kubevirt_operands(workload: str, vfio: bool, vgpu: bool) -> None:
+    _, raw, _ = next(v for v in kubevirt_variants() if v[1]["workers"][2]["workload"] == workload)
+    values = operator_values(load_spec(raw))
+    assert values["sandboxWorkloads"] == {"enabled": True, "defaultWorkload": "container"}
+    assert values["vfioManager"] == {"enabled": vfio}
+    assert values["vgpuDeviceManager"] == {"enabled": vgpu}
+    assert values["sandboxDevicePlugin"] == {"enabled": True}
+
+
+def test_container_only_clusters_leave_sandbox_workloads_alone() -> None:
+    values = operator_values(load_spec(base_spec()))
+    assert not {"sandboxWorkloads", "vfioManager", "sandboxDevicePlugin", "vgpuDeviceManager"} & set(values)
