@@ -13,7 +13,17 @@ from pydantic import Field, model_validator
 
 from components.inventory import worker_gpus
 from components.spec import MIN_KUBERNETES_MINOR, ClusterSpec, Worker
-from components.spec_base import VENDOR_DEVICE, Name, SpecModel
+from components.spec_base import (
+    DEFAULT_TOOLKIT_VERSION,
+    VENDOR_DEVICE,
+    ApiEndpoint,
+    DriverBranch,
+    DriverVersion,
+    Name,
+    SpecModel,
+    ToolkitVersion,
+    on_branch,
+)
 
 OPEN_MODULES_DEFAULT_BRANCH = 560
 """From R560 the NVIDIA driver installs the open kernel modules by default on the GPUs that support them (Turing
@@ -42,28 +52,24 @@ class GuestBootstrapSpec(SpecModel):
         "(the GPU Operator's driver container, or its sandbox components on a KubeVirt node), so only make "
         "sure nouveau is blacklisted."
     )
-    driver_branch: str = Field(pattern=r"^\d{3}$", description="Driver branch, e.g. ``580``.")
-    driver_version: str | None = Field(
-        default=None, pattern=r"^\d{3}\.\d{1,3}(\.\d{1,3})?$", description="Exact driver version, e.g. ``580.95.05``."
-    )
+    driver_branch: DriverBranch = Field(description="Driver branch, e.g. ``580``.")
+    driver_version: DriverVersion | None = Field(default=None, description="Exact driver version, e.g. ``580.95.05``.")
     driver_flavor: Literal["server", "desktop"] = Field(default="server", description="Ubuntu driver package line.")
     kernel_modules: Literal["open", "proprietary"] = Field(description="Which NVIDIA kernel modules to install.")
     purge_driver_on_destroy: bool = Field(
         default=False, description="Purge the driver packages when the bootstrap is destroyed."
     )
     toolkit: bool = Field(description="Install and configure the NVIDIA Container Toolkit on the host.")
-    toolkit_version: str = Field(
-        default="1.18.2-1", pattern=r"^\d+\.\d+\.\d+(~rc\.\d+)?-\d+$", description="Toolkit apt package version."
-    )
+    toolkit_version: ToolkitVersion = Field(default=DEFAULT_TOOLKIT_VERSION, description="Toolkit apt package version.")
     default_runtime: bool = Field(default=True, description="Make nvidia containerd's default runtime.")
     cdi: bool = Field(default=False, description="Generate a CDI spec for the host's GPUs (host toolkit only).")
     join_method: Literal["kubeadm", "none"] = Field(default="kubeadm", description="How the host joins Kubernetes.")
-    api_endpoint: str = Field(pattern=r"^[A-Za-z0-9.-]+:\d{1,5}$", description="API server host:port.")
+    api_endpoint: ApiEndpoint = Field(description="API server host:port.")
     kubernetes_minor: int = Field(ge=MIN_KUBERNETES_MINOR, le=99, description="Kubernetes minor version (34).")
 
     @model_validator(mode="after")
     def _consistent(self) -> GuestBootstrapSpec:
-        if self.driver_version is not None and self.driver_version.split(".")[0] != self.driver_branch:
+        if not on_branch(self.driver_version, self.driver_branch):
             raise ValueError(f"driverVersion {self.driver_version} is not on branch {self.driver_branch}")
         if self.toolkit and self.driver_mode != "host":
             raise ValueError("the host toolkit needs the host driver (driverMode host)")

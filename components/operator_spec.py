@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from components.dcgm_fields import ALERT_FIELDS, DEFAULT_FIELDS, KNOWN_FIELDS, MetricType
 from components.errors import Problem, SpecViolations
-from components.spec_base import Name, SpecModel
+from components.spec_base import DriverBranch, DriverVersion, Name, SpecModel, on_branch
 
 LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
@@ -111,10 +111,8 @@ class GpuOperatorSpec(SpecModel):
         default="host",
         description="host: the guest bootstrap installs the driver; operator: a driver container.",
     )
-    driver_branch: str = Field(default="580", pattern=r"^\d{3}$", description="Driver branch, e.g. ``580``.")
-    driver_version: str | None = Field(
-        default=None, pattern=r"^\d{3}\.\d{1,3}(\.\d{1,3})?$", description="Exact driver version to pin."
-    )
+    driver_branch: DriverBranch = Field(default="580", description="Driver branch, e.g. ``580``.")
+    driver_version: DriverVersion | None = Field(default=None, description="Exact driver version to pin.")
     kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
         default="auto", description="Open or proprietary kernel modules; auto lets the driver choose."
     )
@@ -132,7 +130,7 @@ class GpuOperatorSpec(SpecModel):
     @model_validator(mode="after")
     def _consistent(self) -> GpuOperatorSpec:
         problems = []
-        if self.driver_version is not None and self.driver_version.split(".")[0] != self.driver_branch:
+        if not on_branch(self.driver_version, self.driver_branch):
             problems.append(Problem("driverVersion", f"{self.driver_version} is not on branch {self.driver_branch}"))
         if self.monitoring.prometheus and not (self.enabled and self.dcgm):
             problems.append(Problem("monitoring.prometheus", "needs the operator's DCGM exporter (enabled, dcgm)"))

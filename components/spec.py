@@ -20,11 +20,14 @@ from components.catalog import CATALOG
 from components.errors import Problem, SpecError, SpecViolations, problems_from_validation_error
 from components.operator_spec import DcgmMetric, DraSpec, GpuOperatorSpec, MonitoringSpec, SmokeTestSpec
 from components.spec_base import (
+    DEFAULT_TOOLKIT_VERSION,
     EXTENDED_RESOURCE,
+    ApiEndpoint,
     GpuModelKey,
     MigConfig,
     Name,
     SpecModel,
+    ToolkitVersion,
     check_pci_path,
     check_vendor_device,
 )
@@ -122,9 +125,8 @@ class ProxmoxSpec(SpecModel):
 class KubernetesSpec(SpecModel):
     """The Kubernetes cluster workers join."""
 
-    api_endpoint: str = Field(
-        pattern=r"^[A-Za-z0-9.-]+:\d{1,5}$", description="API server host:port used by kubeadm join."
-    )
+    api_endpoint: ApiEndpoint = Field(description="API server host:port used by kubeadm join.")
+
     version: str = Field(pattern=r"^1\.\d{2}$", description="Kubernetes minor version, e.g. ``1.34``.")
     join_method: Literal["kubeadm", "none"] = Field(
         default="kubeadm", description="kubeadm joins the VMs; none leaves joining to you."
@@ -158,12 +160,12 @@ class GuestSpec(SpecModel):
         description="Ubuntu driver package line in host driver mode: ``server`` (nvidia-headless-<branch>-server, "
         "the data-center builds) or ``desktop`` (nvidia-headless-<branch>).",
     )
-    toolkit_version: str = Field(
-        default="1.18.2-1",
-        pattern=r"^\d+\.\d+\.\d+(~rc\.\d+)?-\d+$",
+    toolkit_version: ToolkitVersion = Field(
+        default=DEFAULT_TOOLKIT_VERSION,
         description="NVIDIA Container Toolkit package version (apt version, e.g. ``1.18.2-1``), installed and held "
         "on the workers when the driver is host-installed.",
     )
+
     default_runtime: bool = Field(
         default=True,
         description="Make nvidia containerd's default runtime (``nvidia-ctk runtime configure --set-as-default``); "

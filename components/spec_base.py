@@ -72,5 +72,21 @@ def ip(value: str) -> str:
 Name = Annotated[str, Field(pattern=DNS_LABEL, description="A lower-case DNS label (RFC 1123).")]
 GpuModelKey = Annotated[str, AfterValidator(known_model)]
 IpAddress = Annotated[str, AfterValidator(ip)]
+DriverBranch = Annotated[str, Field(pattern=r"^\d{3}$")]
+"""An NVIDIA driver branch, e.g. ``580``."""
+DriverVersion = Annotated[str, Field(pattern=r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")]
+"""An exact NVIDIA driver version, e.g. ``580.95.05``."""
+ToolkitVersion = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(~rc\.\d+)?-\d+$")]
+"""An apt version of the NVIDIA Container Toolkit packages, e.g. ``1.18.2-1``."""
+DEFAULT_TOOLKIT_VERSION = "1.18.2-1"
+ApiEndpoint = Annotated[str, Field(pattern=r"^[A-Za-z0-9.-]+:\d{1,5}$")]
+"""A Kubernetes API server host:port."""
+
+
+def on_branch(version: str | None, branch: str) -> bool:
+    """Whether ``version`` (None: any) belongs to driver ``branch``."""
+    return version is None or version.split(".")[0] == branch
+
+
 MigConfig = str | dict[str, int]
 """A named operator MIG config (``all-1g.5gb``) or a custom geometry ``{profile: count}`` for one GPU."""
