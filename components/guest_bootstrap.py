@@ -10,7 +10,6 @@ import pulumi_command as command
 from components.guest_scripts import (
     CA_CERT_HASH_VAR,
     JOIN_TOKEN_VAR,
-    REBOOT_SCHEDULED,
     driver_args,
     join_args,
     runtime_args,
@@ -19,8 +18,9 @@ from components.guest_scripts import (
     verify_args,
 )
 from components.guest_spec import GuestBootstrapSpec
-from components.host_scripts import remote_command, script
+from components.host_scripts import REBOOT_SCHEDULED, remote_command
 from components.ssh import connection as ssh_connection
+from components.ssh import reboot_wait_args
 
 
 class GuestBootstrap(pulumi.ComponentResource):
@@ -112,12 +112,8 @@ class GuestBootstrap(pulumi.ComponentResource):
         )
         wait = command.local.Command(
             f"{name}-driver-wait",
-            command.local.CommandArgs(
-                create="python3 -",
-                stdin=script("wait_for_reboot.py"),
-                # An input, not a trigger: a new driver output updates this step (it runs again) in place.
-                environment={"PGC_HOST": host, "PGC_PORT": str(port), "PGC_PREP_OUTPUT": driver.stdout},
-            ),
+            # An input, not a trigger: a new driver output updates this step (it runs again) in place.
+            reboot_wait_args(host, port, driver.stdout),
             opts=pulumi.ResourceOptions(
                 parent=self, provider=provider, depends_on=[driver], replace_with=list(replace_with)
             ),

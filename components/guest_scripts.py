@@ -20,7 +20,6 @@ STEPS = ("cloud-init", "driver", "runtime", "join", "verify")
 """The bootstrap steps in the order they run."""
 JOIN_TOKEN_VAR = "PGC_JOIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
 CA_CERT_HASH_VAR = "PGC_CA_CERT_HASH"
-REBOOT_SCHEDULED = "reboot: scheduled"
 
 
 def step_script(step: str) -> str:

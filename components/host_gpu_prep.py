@@ -5,9 +5,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_command as command
 
-from components.host_scripts import parse_groups, prep_args, remote_command, script, verify_args
+from components.host_scripts import REBOOT_SCHEDULED, parse_groups, prep_args, remote_command, script, verify_args
 from components.spec import ClusterSpec
 from components.ssh import connection as ssh_connection
+from components.ssh import reboot_wait_args
 
 
 class ProxmoxHostGpuPrep(pulumi.ComponentResource):
@@ -53,13 +54,8 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
         )
         wait = command.local.Command(
             f"{name}-wait",
-            command.local.CommandArgs(
-                create="python3 -",
-                stdin=script("wait_for_reboot.py"),
-                environment={"PGC_HOST": node.ssh_address, "PGC_PORT": "22", "PGC_PREP_OUTPUT": prep.stdout},
-                # Each prep run may have rebooted the node, so waiting (and verifying) runs again after it.
-                triggers=[prep.stdout],
-            ),
+            # Each prep run may have rebooted the node, so waiting (and verifying) runs again after it.
+            reboot_wait_args(node.ssh_address, 22, prep.stdout, triggers=[prep.stdout]),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[prep]),
         )
         verify = command.remote.Command(
@@ -72,6 +68,6 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[wait]),
         )
-        self.reboot = prep.stdout.apply(lambda out: "reboot: scheduled" in out)
+        self.reboot = prep.stdout.apply(lambda out: REBOOT_SCHEDULED in out)
         self.groups = verify.stdout.apply(parse_groups)
         self.register_outputs({"reboot": self.reboot, "groups": self.groups})

@@ -15,6 +15,8 @@ from components.iommu import passthrough_gpus
 from components.spec import ClusterSpec, ProxmoxNode
 
 VERIFY_LINE = re.compile(r"^group (\S+) (\d+)$")
+REBOOT_SCHEDULED = "reboot: scheduled"
+"""What host_prep.sh and guest_driver.sh print when they scheduled a reboot (wait_for_reboot.py looks for it)."""
 
 
 def script(name: str) -> str:
