@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from components.spec import load_spec
-from components.testing import Recording, RecordingMocks, run
+from components.testing import Recording, RecordingMocks, is_secret, run
 from components.testing_pci import pci_invokes
 from stacks.build import build, export
 from stacks.config import load
@@ -122,6 +122,17 @@ SECRETS = {
     "kubeadmJoinToken": "abcdef.CANARYJOIN0000",
     "kubeadmCaCertHash": "sha256:CANARYHASH",
 }
+
+
+def plain_strings(value: Any) -> list[str]:
+    """Every string in ``value`` that is not inside a secret envelope (where a leaked secret would show)."""
+    if is_secret(value):
+        return []
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in plain_strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in plain_strings(v)]
+    return [value] if isinstance(value, str) else []
 
 
 def stack_config(spec: dict[str, Any], secrets: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:

@@ -17,7 +17,7 @@ from components.guest_bootstrap import GuestBootstrap
 from components.guest_spec import GuestBootstrapSpec, bootstrap_spec
 from components.spec import load_spec
 from components.testing import RecordedResource, Recording, is_secret, redact, run
-from tests.support import ROOT, SECRETS, base_spec, plan_stack
+from tests.support import ROOT, SECRETS, base_spec, plain_strings, plan_stack
 
 BOOTSTRAP = "proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap"
 REMOTE = "command:remote:Command"
@@ -107,15 +107,6 @@ def test_join_secrets_only_travel_secret_on_stdin() -> None:
 def test_no_canary_secret_outside_a_secret_anywhere_in_the_plan() -> None:
     rec = plan_stack(base_spec())
     canaries = [v for v in SECRETS.values()] + ["CANARY"]
-
-    def plain_strings(value: Any) -> list[str]:
-        if is_secret(value):
-            return []
-        if isinstance(value, dict):
-            return [s for v in value.values() for s in plain_strings(v)]
-        if isinstance(value, list):
-            return [s for v in value for s in plain_strings(v)]
-        return [value] if isinstance(value, str) else []
 
     bootstrap = [r for r in rec.resources if "-bootstrap" in r.name]
     assert bootstrap

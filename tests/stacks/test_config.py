@@ -12,7 +12,7 @@ import yaml
 from components.testing import RecordingMocks, is_secret, run
 from stacks.build import build, export
 from stacks.config import InvalidStackConfig, load
-from tests.support import ROOT, SECRETS, base_spec, stack_config
+from tests.support import ROOT, SECRETS, base_spec, plain_strings, stack_config
 
 
 def program() -> None:
@@ -73,22 +73,11 @@ def test_missing_spec_key() -> None:
         run(program, config={}, secret_keys=[])
 
 
-def _plain_strings(value: Any, inside_secret: bool = False) -> list[str]:
-    """Every string in ``value`` that is not inside a secret envelope."""
-    if is_secret(value):
-        return []
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _plain_strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _plain_strings(v)]
-    return [value] if isinstance(value, str) else []
-
-
 def test_canary_secrets_never_appear_unsecret() -> None:
     config, keys = stack_config(base_spec())
     rec = run(program, config=config, secret_keys=keys)
     everything = [r.inputs for r in rec.resources] + [rec.outputs]
-    leaks = [s for item in everything for s in _plain_strings(item) if "CANARY" in s]
+    leaks = [s for item in everything for s in plain_strings(item) if "CANARY" in s]
     assert leaks == []
     # and they did reach the providers, wrapped as secrets
     assert "CANARY" in json.dumps([r.plain_inputs for r in rec.resources])
