@@ -59,21 +59,16 @@ class FakeRoot:
         script.chmod(0o755)
 
     def run(self, script: str, *args: str) -> Result:
-        before = self.log.read_text().splitlines() if self.log.exists() else []
-        env = {"PATH": f"{self.bin}:/usr/bin:/bin", "PGC_ROOT": str(self.root), "LC_ALL": "C"}
-        proc = subprocess.run(
-            ["bash", str(SCRIPTS / script), *args], env=env, capture_output=True, text=True, check=False
-        )
-        after = self.log.read_text().splitlines() if self.log.exists() else []
-        return Result(proc.returncode, proc.stdout, proc.stderr, after[len(before) :])
+        return self._call(["bash", str(SCRIPTS / script), *args])
 
     def run_stdin(self, text: str, *args: str) -> Result:
         """Run ``text`` the way the remote commands do: ``bash -s -- <args>`` with the script on stdin."""
+        return self._call(["bash", "-s", "--", *args], stdin=text)
+
+    def _call(self, argv: list[str], stdin: str | None = None) -> Result:
         before = self.log.read_text().splitlines() if self.log.exists() else []
         env = {"PATH": f"{self.bin}:/usr/bin:/bin", "PGC_ROOT": str(self.root), "LC_ALL": "C"}
-        proc = subprocess.run(
-            ["bash", "-s", "--", *args], input=text, env=env, capture_output=True, text=True, check=False
-        )
+        proc = subprocess.run(argv, input=stdin, env=env, capture_output=True, text=True, check=False)
         after = self.log.read_text().splitlines() if self.log.exists() else []
         return Result(proc.returncode, proc.stdout, proc.stderr, after[len(before) :])
 
