@@ -11,11 +11,12 @@ and ``mig.nvidia.com`` (MIG instances), listed separately as ``devices``.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from components.catalog import CATALOG, MigProfile
+from components.catalog import CATALOG, GpuModel, MigProfile
 from components.inventory import worker_gpus
-from components.spec import ClusterSpec, Worker
+from components.spec import ClusterSpec, KubeVirtNode, Worker
 
 GPU = "nvidia.com/gpu"
 DRA_GPU = "gpu.nvidia.com"
@@ -27,9 +28,9 @@ class WorkerCapacity:
     """One row of the capacity table."""
 
     worker: str
-    """VM and Kubernetes node name."""
+    """Kubernetes node name (the VM name of a worker)."""
     node: str
-    """Proxmox node."""
+    """Proxmox node; ``BARE_METAL`` ("") for an existing KubeVirt node."""
     gpus: dict[str, int]
     """GPU model -> count passed through."""
     workload: str
@@ -51,13 +52,8 @@ def worker_capacity(spec: ClusterSpec, worker: Worker) -> WorkerCapacity:
         for g in gpus:
             geometry = g.mig_geometry
             devices[DRA_MIG if geometry else DRA_GPU] += sum(geometry.values()) if geometry else 1
-    elif worker.workload == "vm-passthrough":
-        for g in gpus:
-            resources[g.model.sandbox_resource_name] += 1
-    elif worker.workload == "vm-vgpu" and worker.vgpu_type is not None:
-        size_gb = int(worker.vgpu_type.rsplit("-", 1)[1][:-1])
-        for g in gpus:
-            resources[f"nvidia.com/NVIDIA_{worker.vgpu_type}"] += g.model.memory_mib // 1024 // size_gb
+    elif worker.workload != "container":
+        resources.update(vm_resources(worker.workload, [g.model for g in gpus], worker.vgpu_type))
     else:
         strategy = spec.gpu_operator.mig_strategy
         for g in gpus:
@@ -84,9 +80,44 @@ def worker_capacity(spec: ClusterSpec, worker: Worker) -> WorkerCapacity:
     )
 
 
+def vgpu_resource(vgpu_type: str) -> str:
+    """The extended resource the sandbox device plugin advertises for a vGPU type."""
+    return f"nvidia.com/NVIDIA_{vgpu_type}"
+
+
+def vm_resources(workload: str, models: Sequence[GpuModel], vgpu_type: str | None) -> Counter[str]:
+    """What a KubeVirt node with GPUs of ``models`` advertises: each GPU whole (vm-passthrough), or as many
+    ``vgpu_type`` vGPUs as its framebuffer holds (vm-vgpu; time-sliced vGPU types split the memory evenly)."""
+    out: Counter[str] = Counter()
+    if workload == "vm-passthrough":
+        out.update(model.sandbox_resource_name for model in models)
+    elif workload == "vm-vgpu" and vgpu_type is not None:
+        size_gb = int(vgpu_type.rsplit("-", 1)[1][:-1])
+        for model in models:
+            out[vgpu_resource(vgpu_type)] += model.memory_mib // 1024 // size_gb
+    return out
+
+
+BARE_METAL = ""
+"""``WorkerCapacity.node`` of a KubeVirt node the stack does not provision (no Proxmox node)."""
+
+
+def kubevirt_node_capacity(node: KubeVirtNode) -> WorkerCapacity:
+    """The capacity row of an existing (bare-metal) KubeVirt node."""
+    models = [CATALOG[key] for key, count in node.gpus.items() for _ in range(count)]
+    return WorkerCapacity(
+        worker=node.name,
+        node=BARE_METAL,
+        gpus={k: node.gpus[k] for k in CATALOG if k in node.gpus},
+        workload=node.workload,
+        sharing="none",
+        resources=dict(sorted(vm_resources(node.workload, models, node.vgpu_type).items())),
+    )
+
+
 def capacity_table(spec: ClusterSpec) -> list[WorkerCapacity]:
-    """A row per worker, in spec order."""
-    return [worker_capacity(spec, w) for w in spec.workers]
+    """A row per worker in spec order, then one per bare-metal KubeVirt node."""
+    return [worker_capacity(spec, w) for w in spec.workers] + [kubevirt_node_capacity(n) for n in spec.kubevirt.nodes]
 
 
 def cluster_capacity(spec: ClusterSpec) -> dict[str, int]:

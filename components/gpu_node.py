@@ -7,15 +7,16 @@ from collections.abc import Mapping, Sequence
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.sharing import device_plugin_config, mig_config, node_labels
-from components.spec import ClusterSpec, Worker
+from components.sharing import device_plugin_config, kubevirt_node_labels, mig_config, node_labels
+from components.spec import ClusterSpec, KubeVirtNode, Worker
 
 
 class GpuNodeLabels(pulumi.ComponentResource):
     """A NodePatch per GPU worker with the operator's config labels and the optional GPU taint.
 
-    Works for any existing node by name (bare metal too). For VM workers, pass each node's ``GuestBootstrap``
-    in ``node_ready`` (worker name -> resources): that node's patch waits for it, other nodes do not.
+    Works for any existing node by name: ``workers`` are matched by their node name, and ``kubevirt_nodes`` are
+    existing (bare-metal) KubeVirt nodes. For VM workers, pass each node's ``GuestBootstrap`` in ``node_ready``
+    (worker name -> resources): that node's patch waits for it, other nodes do not.
     """
 
     nodes: pulumi.Output[list[str]]
@@ -29,33 +30,39 @@ class GpuNodeLabels(pulumi.ComponentResource):
         *,
         provider: kubernetes.Provider,
         node_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None,
+        kubevirt_nodes: Sequence[KubeVirtNode] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("proxmox-gpu-cluster:gpu_node:GpuNodeLabels", name, None, opts)
         names: list[str] = []
         dp, mig = device_plugin_config(spec), mig_config(spec)
-        for worker in workers:
+
+        def patch(node: str, labels: dict[str, str], taint: bool, ready: Sequence[pulumi.Resource]) -> None:
             taints = (
                 [kubernetes.core.v1.TaintPatchArgs(key="nvidia.com/gpu", value="true", effect="NoSchedule")]
-                if worker.taint
+                if taint
                 else None
             )
             kubernetes.core.v1.NodePatch(
-                f"{name}-{worker.name}",
+                f"{name}-{node}",
                 kubernetes.core.v1.NodePatchArgs(
                     metadata=kubernetes.meta.v1.ObjectMetaPatchArgs(
-                        name=worker.name,
-                        labels=node_labels(spec, worker, dp, mig),
+                        name=node,
+                        labels=labels,
                         # The operator writes nvidia.com/mig.config=all-disabled on unlabelled MIG-capable nodes;
                         # force our field ownership instead of failing on the SSA conflict.
                         annotations={"pulumi.com/patchForce": "true"},
                     ),
                     spec=kubernetes.core.v1.NodeSpecPatchArgs(taints=taints) if taints else None,
                 ),
-                opts=pulumi.ResourceOptions(
-                    parent=self, provider=provider, depends_on=list((node_ready or {}).get(worker.name, ()))
-                ),
+                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(ready)),
             )
-            names.append(worker.name)
+            names.append(node)
+
+        for worker in workers:
+            labels = node_labels(spec, worker, dp, mig)
+            patch(worker.name, labels, worker.taint, (node_ready or {}).get(worker.name, ()))
+        for bare in kubevirt_nodes:
+            patch(bare.name, kubevirt_node_labels(bare), bare.taint, ())
         self.nodes = pulumi.Output.from_input(names)
         self.register_outputs({"nodes": self.nodes})

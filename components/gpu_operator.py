@@ -9,7 +9,8 @@ import pulumi_kubernetes as kubernetes
 
 from components.dcgm import metrics_config_data, metrics_config_name
 from components.helm import nvidia_release, privileged_namespace
-from components.operator_values import operator_values
+from components.kubevirt import docker_config_json
+from components.operator_values import operator_values, sandbox_workloads
 from components.sharing import device_plugin_config, mig_config
 from components.spec import ClusterSpec
 
@@ -38,14 +39,38 @@ class GpuOperator(pulumi.ComponentResource):
         spec: ClusterSpec,
         *,
         provider: kubernetes.Provider,
+        vgpu_registry_password: pulumi.Input[str] | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``vgpu_registry_password``: password of ``kubevirt.vgpuManager``'s registry, required when the spec
+        has one (it becomes the image pull secret; it stays a Pulumi secret)."""
         super().__init__("proxmox-gpu-cluster:gpu_operator:GpuOperator", name, None, opts)
         op = spec.gpu_operator
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         # Driver, toolkit and device-plugin pods are privileged host-level daemons.
         ns = privileged_namespace(f"{name}-namespace", op.namespace, child)
+        release_needs: list[pulumi.Resource] = list(depends_on)
+        manager = spec.kubevirt.vgpu_manager
+        if manager is not None and "vm-vgpu" in sandbox_workloads(spec):
+            if vgpu_registry_password is None:
+                raise ValueError("kubevirt.vgpuManager needs vgpu_registry_password for its pull secret")
+            config_json = pulumi.Output.secret(vgpu_registry_password).apply(
+                lambda password: docker_config_json(manager.registry, manager.registry_username, password)
+            )
+            release_needs.append(
+                kubernetes.core.v1.Secret(
+                    f"{name}-vgpu-pull-secret",
+                    kubernetes.core.v1.SecretInitArgs(
+                        metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                            name=manager.pull_secret, namespace=ns.metadata.name
+                        ),
+                        type="kubernetes.io/dockerconfigjson",
+                        string_data={".dockerconfigjson": config_json},
+                    ),
+                    opts=child,
+                )
+            )
         dp = device_plugin_config(spec)
 
         def config_map(role: str, cm_name: str, data: dict[str, str]) -> kubernetes.core.v1.ConfigMap:
@@ -86,7 +111,7 @@ class GpuOperator(pulumi.ComponentResource):
             namespace=ns.metadata.name,
             values=values,
             timeout=900,
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=release_needs),
         )
         self.namespace = ns.metadata.apply(lambda m: m.name or "")
         self.device_plugin_config = dp_name

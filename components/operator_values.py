@@ -9,6 +9,7 @@ no longer renders are never emitted: ``operator.defaultRuntime`` (gone from the 
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from components.spec import ClusterSpec
@@ -28,8 +29,19 @@ def uses_dra(spec: ClusterSpec) -> bool:
 
 
 def sandbox_workloads(spec: ClusterSpec) -> set[str]:
-    """The KubeVirt workload types (``vm-passthrough``, ``vm-vgpu``) some worker runs."""
-    return {w.workload for w in spec.workers if w.workload != "container"}
+    """The KubeVirt workload types (``vm-passthrough``, ``vm-vgpu``) some worker or bare-metal node runs."""
+    vm_workers = {w.workload for w in spec.workers if w.workload != "container"}
+    return vm_workers | {n.workload for n in spec.kubevirt.nodes}
+
+
+def default_vgpu_config(spec: ClusterSpec) -> str:
+    """The vGPU device config for vm-vgpu nodes without ``nvidia.com/vgpu.config``: the commonest type in use.
+
+    The operator's built-in vGPU device config names one config per vGPU type (``A10-24Q``), so a type is a
+    config name; every node the stack labels gets its own type anyway."""
+    types = Counter(w.vgpu_type for w in spec.workers if w.workload == "vm-vgpu" and w.vgpu_type)
+    types.update(n.vgpu_type for n in spec.kubevirt.nodes if n.workload == "vm-vgpu" and n.vgpu_type)
+    return min(types, key=lambda t: (-types[t], t)) if types else "default"
 
 
 def operator_values(
@@ -84,6 +96,18 @@ def operator_values(
         values["vfioManager"] = {"enabled": "vm-passthrough" in sandbox}
         values["sandboxDevicePlugin"] = {"enabled": True}
         values["vgpuDeviceManager"] = {"enabled": "vm-vgpu" in sandbox}
+        manager = spec.kubevirt.vgpu_manager
+        if "vm-vgpu" in sandbox and manager is not None:
+            # The vGPU Manager (host driver) image is private: NVIDIA licenses it and users build and push it.
+            values["vgpuManager"] = {
+                "enabled": True,
+                "repository": manager.repository,
+                "image": manager.image,
+                "version": manager.version,
+                "imagePullSecrets": [manager.pull_secret],
+            }
+            # name "" keeps the operator's built-in config, which has one entry per vGPU type.
+            values["vgpuDeviceManager"]["config"] = {"name": "", "default": default_vgpu_config(spec)}
     if uses_dra(spec):
         containers = [w for w in spec.workers if w.workload == "container"]
         if all(w.dra for w in containers):

@@ -18,7 +18,7 @@ from components.capacity import worker_capacity
 from components.catalog import CATALOG
 from components.inventory import worker_gpus
 from components.operator_values import DRA_NODE_LABEL
-from components.spec import ClusterSpec, Worker
+from components.spec import ClusterSpec, KubeVirtNode, Worker
 
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
 MIG_DISABLED = "all-disabled"
@@ -196,10 +196,7 @@ def node_labels(spec: ClusterSpec, worker: Worker, dp: DevicePluginConfig, mig: 
     ``nvidia.com/mig.config`` is set on every node with a MIG-capable GPU: without it the operator labels the
     node ``all-disabled`` itself, which would fight any later change (hence patchForce on the NodePatch).
     """
-    labels: dict[str, str] = {"nvidia.com/gpu.workload.config": worker.workload}
-    models = [g.model.key for g in worker_gpus(spec, worker)]
-    if models:
-        labels[ACCELERATOR_LABEL] = max(sorted(set(models)), key=models.count)
+    labels = _workload_labels(worker.workload, [g.model.key for g in worker_gpus(spec, worker)], worker.vgpu_type)
     if worker.workload == "container" and worker.dra:
         # The DRA kubelet plugin runs where this label is; the operator skips its device plugin where the
         # deploy label is false (operands are switched per node by nvidia.com/gpu.deploy.<operand>).
@@ -207,11 +204,25 @@ def node_labels(spec: ClusterSpec, worker: Worker, dp: DevicePluginConfig, mig: 
         labels["nvidia.com/gpu.deploy.device-plugin"] = "false"
     elif worker.workload == "container":
         labels["nvidia.com/device-plugin.config"] = dp.node_config[worker.name]
-    if worker.workload == "vm-vgpu" and worker.vgpu_type is not None:
-        # vgpu-device-manager creates this vGPU type on every GPU of the node (its configs are named by type).
-        labels["nvidia.com/vgpu.config"] = worker.vgpu_type
     if worker.workload == "container":
         mig_label = mig.node_config.get(worker.name)
         if mig_label is not None:
             labels["nvidia.com/mig.config"] = mig_label
     return dict(sorted(labels.items()))
+
+
+def kubevirt_node_labels(node: KubeVirtNode) -> dict[str, str]:
+    """Labels of an existing (bare-metal) KubeVirt node: the same as a KubeVirt worker's."""
+    models = [key for key, count in node.gpus.items() for _ in range(count)]
+    return dict(sorted(_workload_labels(node.workload, models, node.vgpu_type).items()))
+
+
+def _workload_labels(workload: str, models: list[str], vgpu_type: str | None) -> dict[str, str]:
+    """The operand-selecting workload label, the node's commonest GPU model and, for vm-vgpu, its vGPU type."""
+    labels = {"nvidia.com/gpu.workload.config": workload}
+    if models:
+        labels[ACCELERATOR_LABEL] = max(sorted(set(models)), key=models.count)
+    if workload == "vm-vgpu" and vgpu_type is not None:
+        # vgpu-device-manager creates this vGPU type on every GPU of the node (its configs are named by type).
+        labels["nvidia.com/vgpu.config"] = vgpu_type
+    return labels

@@ -28,6 +28,7 @@ from components.spec_base import (
     Name,
     SpecModel,
     ToolkitVersion,
+    VgpuType,
     check_pci_path,
     check_vendor_device,
 )
@@ -35,8 +36,8 @@ from components.worker_spec import GpuAssignment, Image, Network, TimeSlicing, W
 
 __all__ = [
     "ClusterSpec", "DcgmMetric", "DraSpec", "GpuAssignment", "GpuOperatorSpec", "GuestSpec", "HostGpu", "Image",
-    "KubeVirtSpec", "KubernetesSpec", "MigConfig", "MonitoringSpec", "Network", "ProxmoxNode", "ProxmoxSpec",
-    "Quota", "SmokeTestSpec", "TimeSlicing", "Worker", "load_spec",
+    "KubeVirtNode", "KubeVirtSpec", "KubernetesSpec", "MigConfig", "MonitoringSpec", "Network", "ProxmoxNode",
+    "ProxmoxSpec", "Quota", "SmokeTestSpec", "TimeSlicing", "VgpuManagerSpec", "Worker", "load_spec",
 ]  # fmt: skip
 
 MIN_KUBERNETES_MINOR = 30
@@ -178,10 +179,74 @@ class GuestSpec(SpecModel):
     )
 
 
+FEATURE_GATE = r"^[A-Z][A-Za-z0-9]*$"
+
+
+class VgpuManagerSpec(SpecModel):
+    """The NVIDIA vGPU Manager image the operator runs on vm-vgpu nodes.
+
+    NVIDIA does not publish it: it is built from the licensed vGPU host driver and pushed to a private registry
+    (NVIDIA GPU Operator docs, "Build the vGPU Manager image"). The registry password (an NGC API key for nvcr.io)
+    is the secret ``vgpuRegistryPassword``; the stack stores it in a pull secret in the operator namespace.
+    """
+
+    repository: str = Field(
+        pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d+)?(/[a-z0-9._-]+)*$",
+        description="Registry and path holding the image, e.g. ``registry.example.com/nvidia``.",
+    )
+    image: str = Field(default="vgpu-manager", pattern=r"^[a-z0-9._/-]+$", description="Image name.")
+    version: str = Field(
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$",
+        description="Image tag, e.g. ``580.95.02-ubuntu22.04`` (vGPU host driver version and guest OS).",
+    )
+    pull_secret: Name = Field(
+        default="vgpu-manager-registry",
+        description="Name of the image pull secret the stack creates in the operator namespace.",
+    )
+    registry_username: str = Field(
+        default="$oauthtoken",
+        min_length=1,
+        description="Registry user of the pull secret (``$oauthtoken`` with an NGC API key on nvcr.io).",
+    )
+
+    @property
+    def registry(self) -> str:
+        """The registry host (with port) the pull secret authenticates to."""
+        return self.repository.split("/", 1)[0]
+
+
+class KubeVirtNode(SpecModel):
+    """An existing (e.g. bare-metal) Kubernetes node that runs KubeVirt GPU VMs; not provisioned here.
+
+    NVIDIA documents VM-workload nodes as bare metal; this is how to point the KubeVirt components at them.
+    """
+
+    name: Name = Field(description="Kubernetes node name.")
+    workload: Literal["vm-passthrough", "vm-vgpu"] = Field(description="Whole GPUs or vGPUs for VMs.")
+    gpus: dict[GpuModelKey, Annotated[int, Field(ge=1, le=64)]] = Field(
+        min_length=1, description="GPU model -> how many the node has, e.g. ``{A10: 2}``."
+    )
+    vgpu_type: VgpuType | None = Field(default=None, description="vGPU type for vm-vgpu, e.g. ``A10-24Q``.")
+    taint: bool = Field(default=False, description="Taint the node nvidia.com/gpu=true:NoSchedule.")
+
+
 class KubeVirtSpec(SpecModel):
-    """KubeVirt integration for VM workloads."""
+    """KubeVirt integration for VM workloads (KubeVirt itself is installed separately)."""
 
     enabled: bool = Field(default=False, description="Configure KubeVirt to use the GPUs.")
+    name: Name = Field(default="kubevirt", description="Name of the KubeVirt custom resource.")
+    namespace: Name = Field(default="kubevirt", description="Namespace of the KubeVirt custom resource.")
+    feature_gates: tuple[Annotated[str, Field(pattern=FEATURE_GATE)], ...] = Field(
+        default=(),
+        description="Feature gates the KubeVirt CR must keep besides ``HostDevices``. The patch owns the whole "
+        "list (a list is replaced, not merged), so list every gate the cluster relies on here.",
+    )
+    vgpu_manager: VgpuManagerSpec | None = Field(
+        default=None, description="The private vGPU Manager image; required when a node runs vm-vgpu."
+    )
+    nodes: tuple[KubeVirtNode, ...] = Field(
+        default=(), description="Existing nodes (bare metal) that run KubeVirt GPU VMs besides the workers."
+    )
 
 
 class Quota(SpecModel):

@@ -79,6 +79,8 @@ DriverVersion = Annotated[str, Field(pattern=r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")]
 ToolkitVersion = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(~rc\.\d+)?-\d+$")]
 """An apt version of the NVIDIA Container Toolkit packages, e.g. ``1.18.2-1``."""
 DEFAULT_TOOLKIT_VERSION = "1.18.2-1"
+VgpuType = Annotated[str, Field(pattern=r"^[A-Z0-9]+-\d+[QCBA]$")]
+"""An NVIDIA vGPU type: board prefix, framebuffer GB and series, e.g. ``A10-24Q``."""
 ApiEndpoint = Annotated[str, Field(pattern=r"^[A-Za-z0-9.-]+:\d{1,5}$")]
 """A Kubernetes API server host:port."""
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from components.spec_base import IpAddress, MigConfig, Name, SpecModel, ip_or_cidr
+from components.spec_base import IpAddress, MigConfig, Name, SpecModel, VgpuType, ip_or_cidr
 
 
 class GpuAssignment(SpecModel):
@@ -115,9 +115,7 @@ class Worker(SpecModel):
     )
     time_slicing: TimeSlicing | None = Field(default=None, description="Settings when sharing is time-slicing.")
     mig: MigConfig | None = Field(default=None, description="MIG config for every GPU without its own.")
-    vgpu_type: str | None = Field(
-        default=None, pattern=r"^[A-Z0-9]+-\d+[QCBA]$", description="vGPU type for vm-vgpu, e.g. ``A10-24Q``."
-    )
+    vgpu_type: VgpuType | None = Field(default=None, description="vGPU type for vm-vgpu, e.g. ``A10-24Q``.")
     dra: bool = Field(
         default=False,
         description="Allocate this node's GPUs with the NVIDIA DRA driver instead of the device plugin "

@@ -20,6 +20,7 @@ from components.gpu_operator import GpuOperator
 from components.gpu_quota import GpuQuotas
 from components.guest_bootstrap import GuestBootstrap
 from components.guest_spec import bootstrap_spec
+from components.kubevirt_devices import KubeVirtGpuDevices
 from components.operator_values import uses_dra
 from components.smoke_test import GpuSmokeTest
 from components.spec import ClusterSpec
@@ -96,6 +97,17 @@ def build_guests(
     return bootstraps
 
 
+def warn_experimental(spec: ClusterSpec) -> None:
+    """KubeVirt workers that are themselves Proxmox VMs run VMs nested, through a virtual IOMMU; NVIDIA documents
+    VM-workload nodes as bare metal only, so every preview says so."""
+    nested = [w.name for w in spec.workers if w.workload != "container"]
+    if nested:
+        pulumi.log.warn(
+            f"experimental: KubeVirt workers {', '.join(nested)} are Proxmox VMs (nested virtualization, vIOMMU); "
+            "NVIDIA supports vm-passthrough and vm-vgpu nodes on bare metal only (kubevirt.nodes)"
+        )
+
+
 def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
     """Create every resource of the stack described by ``spec``."""
     providers = Providers(
@@ -113,9 +125,24 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
     if op.enabled or uses_dra(spec):
         # Each node's labels wait for that node's bootstrap (joined and verified), not for the others.
         ready: dict[str, list[pulumi.Resource]] = {n: [b] for n, b in bootstraps.items()}
-        gpu_stack.append(GpuNodeLabels("gpu-nodes", spec, list(spec.workers), provider=k8s, node_ready=ready))
+        gpu_stack.append(
+            GpuNodeLabels(
+                "gpu-nodes",
+                spec,
+                list(spec.workers),
+                provider=k8s,
+                node_ready=ready,
+                kubevirt_nodes=spec.kubevirt.nodes,
+            )
+        )
     if op.enabled:
-        operator = GpuOperator("gpu-operator", spec, provider=k8s, depends_on=gpu_stack)
+        operator = GpuOperator(
+            "gpu-operator",
+            spec,
+            provider=k8s,
+            vgpu_registry_password=secrets.vgpu_registry_password,
+            depends_on=gpu_stack,
+        )
         gpu_stack.append(operator)
         if op.monitoring.prometheus:
             GpuMonitoring("gpu-monitoring", spec, provider=k8s, namespace=operator.namespace)
@@ -123,6 +150,9 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
             GpuSmokeTest("gpu-smoke-test", spec, provider=k8s, namespace=operator.namespace, depends_on=[operator])
     if uses_dra(spec):
         DraDriver("dra-driver", spec, provider=k8s, depends_on=gpu_stack)
+    if spec.kubevirt.enabled:
+        warn_experimental(spec)
+        KubeVirtGpuDevices("kubevirt-gpus", spec, provider=k8s)
     if spec.quotas:
         GpuQuotas("gpu-quotas", spec, provider=k8s)
     return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec), proxmox=layer, bootstraps=bootstraps)

@@ -35,7 +35,12 @@ SSH_PRIVATE_KEY = SecretKey("sshPrivateKey", "SSH private key for Proxmox nodes 
 KUBECONFIG = SecretKey("kubeconfig", "kubeconfig of the target cluster")
 JOIN_TOKEN = SecretKey("kubeadmJoinToken", "kubeadm bootstrap token (joinMethod kubeadm)")
 CA_CERT_HASH = SecretKey("kubeadmCaCertHash", "kubeadm discovery CA cert hash, sha256:... (joinMethod kubeadm)")
-ALL_SECRETS = (PROXMOX_API_TOKEN, PROXMOX_PASSWORD, SSH_PRIVATE_KEY, KUBECONFIG, JOIN_TOKEN, CA_CERT_HASH)
+VGPU_REGISTRY_PASSWORD = SecretKey(
+    "vgpuRegistryPassword", "password of kubevirt.vgpuManager's registry, e.g. an NGC API key (vm-vgpu nodes)"
+)
+ALL_SECRETS = (
+    PROXMOX_API_TOKEN, PROXMOX_PASSWORD, SSH_PRIVATE_KEY, KUBECONFIG, JOIN_TOKEN, CA_CERT_HASH, VGPU_REGISTRY_PASSWORD
+)  # fmt: skip
 
 
 class InvalidStackConfig(pulumi.RunError):
@@ -56,6 +61,7 @@ class Secrets:
     proxmox_password: pulumi.Output[str] | None = None
     join_token: pulumi.Output[str] | None = None
     ca_cert_hash: pulumi.Output[str] | None = None
+    vgpu_registry_password: pulumi.Output[str] | None = None
 
 
 def required_secrets(spec: ClusterSpec) -> list[SecretKey]:
@@ -64,6 +70,8 @@ def required_secrets(spec: ClusterSpec) -> list[SecretKey]:
     keys.append(PROXMOX_API_TOKEN if spec.proxmox.auth_mode == "token" else PROXMOX_PASSWORD)
     if spec.kubernetes.join_method == "kubeadm":
         keys += [JOIN_TOKEN, CA_CERT_HASH]
+    if spec.kubevirt.vgpu_manager is not None:
+        keys.append(VGPU_REGISTRY_PASSWORD)
     return keys
 
 
@@ -105,6 +113,7 @@ def load(config: pulumi.Config | None = None) -> tuple[ClusterSpec, Secrets]:
         proxmox_password=secret(PROXMOX_PASSWORD, not token_mode),
         join_token=secret(JOIN_TOKEN, kubeadm),
         ca_cert_hash=secret(CA_CERT_HASH, kubeadm),
+        vgpu_registry_password=secret(VGPU_REGISTRY_PASSWORD, spec.kubevirt.vgpu_manager is not None),
     )
     return spec, secrets
 

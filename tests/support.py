@@ -114,6 +114,26 @@ def base_spec() -> dict[str, Any]:
     return copy.deepcopy(_BASE)
 
 
+VGPU_MANAGER = {"repository": "registry.example.test/nvidia", "version": "580.95.02-ubuntu22.04"}
+"""A private vGPU Manager image for specs with vm-vgpu nodes."""
+
+
+def make_vm_worker(raw: dict[str, Any], i: int, workload: str, vgpu_type: str = "A10-24Q") -> dict[str, Any]:
+    """Turn ``workers[i]`` of a raw spec into a KubeVirt worker: KubeVirt enabled (with the vGPU Manager image
+    for vm-vgpu), no container sharing, and no quotas (the base spec's quotas are on container resources)."""
+    kubevirt = raw.setdefault("kubevirt", {})
+    kubevirt["enabled"] = True
+    worker = raw["workers"][i]
+    for key in ("timeSlicing", "mig"):
+        worker.pop(key, None)
+    worker.update(workload=workload, sharing="none")
+    if workload == "vm-vgpu":
+        worker["vgpuType"] = vgpu_type
+        kubevirt["vgpuManager"] = dict(VGPU_MANAGER)
+    raw["quotas"] = []
+    return raw
+
+
 SECRETS = {
     "proxmoxApiToken": "root@pam!ci=CANARY-PVE-TOKEN",
     "proxmoxPassword": "CANARY-PVE-PASSWORD",
@@ -121,6 +141,7 @@ SECRETS = {
     "kubeconfig": "apiVersion: v1\nkind: Config\n# CANARY-KUBECONFIG\n",
     "kubeadmJoinToken": "abcdef.CANARYJOIN0000",
     "kubeadmCaCertHash": "sha256:CANARYHASH",
+    "vgpuRegistryPassword": "CANARY-VGPU-REGISTRY",
 }
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from components.capacity import capacity_table, cluster_capacity, worker_capacity
 from components.spec import load_spec
-from tests.support import base_spec
+from tests.support import VGPU_MANAGER, base_spec
 
 
 def one_worker(gpu_model: str, count: int = 1, strategy: str = "mixed", **worker: Any) -> dict[str, int]:
@@ -25,7 +25,9 @@ def one_worker(gpu_model: str, count: int = 1, strategy: str = "mixed", **worker
     spec["gpuOperator"]["migStrategy"] = strategy
     spec["quotas"] = []
     if worker.get("workload", "container") != "container":
-        spec["kubevirt"] = {"enabled": True}
+        spec["kubevirt"] = (
+            {"enabled": True, "vgpuManager": VGPU_MANAGER} if worker.get("vgpuType") else {"enabled": True}
+        )
     parsed = load_spec(spec)
     return worker_capacity(parsed, parsed.workers[0]).resources
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import base_spec, plan_stack
+from tests.support import base_spec, make_vm_worker, plan_stack
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -79,12 +79,7 @@ def test_node_patches() -> None:
 
 @pytest.mark.parametrize("workload", ["vm-passthrough", "vm-vgpu"])
 def test_kubevirt_node_labels(workload: str) -> None:
-    raw = base_spec()
-    raw["kubevirt"] = {"enabled": True}
-    raw["workers"][2].update(workload=workload, sharing="none", timeSlicing=None)
-    if workload == "vm-vgpu":
-        raw["workers"][2]["vgpuType"] = "A10-24Q"
-    raw["quotas"] = []
+    raw = make_vm_worker(base_spec(), 2, workload)
     labels = plan_stack(raw).named("gpu-nodes-ts-1").plain_inputs["metadata"]["labels"]
     expected = {"nvidia.com/gpu.workload.config": workload, "proxmox-gpu-cluster.io/accelerator": "A10"}
     if workload == "vm-vgpu":

@@ -17,7 +17,7 @@ from components.guest_bootstrap import GuestBootstrap
 from components.guest_spec import GuestBootstrapSpec, bootstrap_spec
 from components.spec import load_spec
 from components.testing import RecordedResource, Recording, is_secret, redact, run
-from tests.support import ROOT, SECRETS, base_spec, plain_strings, plan_stack
+from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
 
 BOOTSTRAP = "proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap"
 REMOTE = "command:remote:Command"
@@ -205,12 +205,7 @@ def test_kernel_module_type(kind: str, branch: str, expected: str) -> None:
 
 
 def test_kubevirt_workers_get_no_driver_or_toolkit() -> None:
-    raw = base_spec()
-    raw["kubevirt"] = {"enabled": True}
-    raw["workers"][2] = {**raw["workers"][2], "workload": "vm-passthrough", "sharing": "none"}
-    raw["workers"][2].pop("timeSlicing")
-    raw["quotas"] = []
-    spec = load_spec(raw)
+    spec = load_spec(make_vm_worker(base_spec(), 2, "vm-passthrough"))
     b = bootstrap_spec(spec, spec.workers[2])
     assert (b.driver_mode, b.toolkit, b.cdi) == ("operator", False, False)
 

@@ -11,7 +11,7 @@ import yaml
 
 from components.operator_values import dra_values, operator_values
 from components.spec import load_spec
-from tests.support import CHART_VERSIONS, base_spec, shared_reference
+from tests.support import CHART_VERSIONS, base_spec, make_vm_worker, shared_reference
 
 FORBIDDEN = {"operator.defaultRuntime", "driver.useOpenKernelModules"}
 
@@ -91,11 +91,7 @@ def kubevirt_variants() -> list[tuple[str, dict[str, Any], dict[str, str | None]
     for tag, workload in itertools.product(CHART_VERSIONS, ["vm-passthrough", "vm-vgpu"]):
         spec = base_spec()
         spec["gpuOperator"]["chartVersion"] = tag
-        spec["kubevirt"] = {"enabled": True}
-        spec["workers"][2].update(workload=workload, sharing="none", timeSlicing=None)
-        if workload == "vm-vgpu":
-            spec["workers"][2]["vgpuType"] = "A10-24Q"
-        spec["quotas"] = []
+        make_vm_worker(spec, 2, workload)
         out.append((tag, spec, {}))
     return out
 
@@ -200,8 +196,35 @@ def test_sandbox_workloads_turn_on_the_kubevirt_operands(workload: str, vfio: bo
     values = operator_values(load_spec(raw))
     assert values["sandboxWorkloads"] == {"enabled": True, "defaultWorkload": "container"}
     assert values["vfioManager"] == {"enabled": vfio}
-    assert values["vgpuDeviceManager"] == {"enabled": vgpu}
+    assert values["vgpuDeviceManager"]["enabled"] is vgpu
     assert values["sandboxDevicePlugin"] == {"enabled": True}
+    assert ("vgpuManager" in values) is vgpu
+
+
+def test_vgpu_manager_image_and_pull_secret() -> None:
+    raw = make_vm_worker(base_spec(), 2, "vm-vgpu", "A10-12Q")
+    raw["kubevirt"]["vgpuManager"].update(image="vgpu-host", pullSecret="ngc-vgpu")
+    raw["kubevirt"]["nodes"] = [
+        {"name": f"bm-{i}", "workload": "vm-vgpu", "gpus": {"A10": 1}, "vgpuType": "A10-4Q"} for i in range(2)
+    ]
+    values = operator_values(load_spec(raw))
+    assert values["vgpuManager"] == {
+        "enabled": True,
+        "repository": "registry.example.test/nvidia",
+        "image": "vgpu-host",
+        "version": "580.95.02-ubuntu22.04",
+        "imagePullSecrets": ["ngc-vgpu"],
+    }
+    # Two bare-metal nodes use A10-4Q, one worker A10-12Q: unlabelled vGPU nodes get the commonest type.
+    assert values["vgpuDeviceManager"] == {"enabled": True, "config": {"name": "", "default": "A10-4Q"}}
+
+
+def test_bare_metal_kubevirt_nodes_alone_turn_on_the_sandbox_operands() -> None:
+    raw = base_spec()
+    raw["kubevirt"] = {"enabled": True, "nodes": [{"name": "bm-1", "workload": "vm-passthrough", "gpus": {"A10": 2}}]}
+    values = operator_values(load_spec(raw))
+    assert values["vfioManager"] == {"enabled": True}
+    assert values["sandboxWorkloads"]["enabled"] is True
 
 
 def test_container_only_clusters_leave_sandbox_workloads_alone() -> None:

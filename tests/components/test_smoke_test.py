@@ -6,7 +6,7 @@ from typing import Any
 
 from components.capacity import smoke_test_resource
 from components.spec import load_spec
-from tests.support import base_spec, plan_stack
+from tests.support import base_spec, make_vm_worker, plan_stack
 
 JOB = "kubernetes:batch/v1:Job"
 
@@ -69,6 +69,5 @@ def test_kubevirt_and_dra_nodes_do_not_count() -> None:
     raw["quotas"] = []
     raw["workers"][0]["dra"] = True
     raw["workers"][1]["dra"] = True
-    raw["workers"][2].update(workload="vm-passthrough", sharing="none", timeSlicing=None)
-    raw["kubevirt"] = {"enabled": True}
+    make_vm_worker(raw, 2, "vm-passthrough")
     assert smoke_test_resource(load_spec(raw)) is None

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from components.errors import SpecError
 from components.spec import ClusterSpec, load_spec
-from tests.support import base_spec
+from tests.support import VGPU_MANAGER, base_spec
 
 Spec = dict[str, Any]
 
@@ -47,9 +47,26 @@ def adding_worker(**values: Any) -> Callable[[Spec], None]:
 
 def vm_worker(workload: str, **values: Any) -> Callable[[Spec], None]:
     def mutate(s: Spec) -> None:
-        s["kubevirt"] = {"enabled": True}
+        s.setdefault("kubevirt", {}).update(
+            enabled=True, **({"vgpuManager": VGPU_MANAGER} if workload == "vm-vgpu" else {})
+        )
         s["workers"][2].update(workload=workload, sharing="none", **values)
-        s["workers"][2].pop("timeSlicing")
+        s["workers"][2].pop("timeSlicing", None)
+        s["quotas"] = []
+
+    return mutate
+
+
+def kubevirt_node(**values: Any) -> Callable[[Spec], None]:
+    """Add a bare-metal KubeVirt node (bm-1, one A10, vm-passthrough unless overridden); worker 2 becomes
+    vm-passthrough so KubeVirt has a worker too."""
+
+    def mutate(s: Spec) -> None:
+        vm_worker("vm-passthrough")(s)
+        node = {"name": "bm-1", "workload": "vm-passthrough", "gpus": {"A10": 1}, **values}
+        s["kubevirt"].setdefault("nodes", []).append(node)
+        if node["workload"] == "vm-vgpu":
+            s["kubevirt"]["vgpuManager"] = VGPU_MANAGER
 
     return mutate
 
@@ -210,6 +227,37 @@ BAD: list[tuple[str, Callable[[Spec], None], str, str]] = [
     ("DRA on a KubeVirt worker", lambda s: (s["kubevirt"].update(enabled=True) if "kubevirt" in s else s.update(kubevirt={"enabled": True}),
      s["workers"][2].update(dra=True, workload="vm-passthrough", sharing="none", timeSlicing=None)),
      f"{C}.workers[2].dra", "DRA serves containers"),
+    # KubeVirt nodes, the vGPU Manager image, what KubeVirt needs
+    ("bare-metal node that is also a worker with another workload", kubevirt_node(name="ts-1", workload="vm-vgpu", vgpuType="A10-24Q"),
+     f"{C}.kubevirt.nodes[0].name", "node 'ts-1' already runs vm-passthrough (workers[2]); a node runs one workload type"),
+    ("bare-metal node listed twice", lambda s: (kubevirt_node()(s), kubevirt_node(workload="vm-vgpu", vgpuType="A10-24Q")(s)),
+     f"{C}.kubevirt.nodes[1].name", "node 'bm-1' already runs vm-passthrough (kubevirt.nodes[0]); a node runs one workload type"),
+    ("bare-metal node that is a worker", kubevirt_node(name="ts-1"), f"{C}.kubevirt.nodes[0].name", "node 'ts-1' is already workers[2]"),
+    ("bare-metal vgpu without type", kubevirt_node(workload="vm-vgpu"), f"{C}.kubevirt.nodes[0].vgpuType", "required for vm-vgpu nodes"),
+    ("bare-metal vgpu type of another model", kubevirt_node(workload="vm-vgpu", vgpuType="T4-8Q", gpus={"A10": 1, "T4": 1}),
+     f"{C}.kubevirt.nodes[0].vgpuType", "T4-8Q is not a A10 vGPU type"),
+    ("bare-metal vgpu type on passthrough", kubevirt_node(vgpuType="A10-24Q"), f"{C}.kubevirt.nodes[0].vgpuType", "only applies to vm-vgpu"),
+    ("bare-metal unknown model", kubevirt_node(gpus={"A11": 1}), f"{C}.kubevirt.nodes[0].gpus.A11", "unknown GPU model 'A11'"),
+    ("bare-metal zero gpus", kubevirt_node(gpus={"A10": 0}), f"{C}.kubevirt.nodes[0].gpus.A10", "greater than or equal to 1"),
+    ("bare-metal container workload", kubevirt_node(workload="container"), f"{C}.kubevirt.nodes[0].workload", "'vm-passthrough' or 'vm-vgpu'"),
+    ("kubevirt nodes while disabled", lambda s: (kubevirt_node()(s), s["kubevirt"].update(enabled=False)),
+     f"{C}.kubevirt.nodes", "need kubevirt.enabled: true"),
+    ("vgpu without the manager image", lambda s: (vm_worker("vm-vgpu", vgpuType="A10-24Q")(s), s["kubevirt"].pop("vgpuManager", None)),
+     f"{C}.kubevirt.vgpuManager", "required: workers[2] runs vm-vgpu"),
+    ("vgpu manager image without vgpu nodes", lambda s: (vm_worker("vm-passthrough")(s), s["kubevirt"].update(vgpuManager=VGPU_MANAGER)),
+     f"{C}.kubevirt.vgpuManager", "only applies when a worker or kubevirt node runs vm-vgpu"),
+    ("vgpu manager image without version", lambda s: (vm_worker("vm-vgpu", vgpuType="A10-24Q")(s),
+     s["kubevirt"].update(vgpuManager={"repository": "registry.example.test/nvidia"})),
+     f"{C}.kubevirt.vgpuManager.version", "required"),
+    ("vgpu manager repository with a scheme", lambda s: (vm_worker("vm-vgpu", vgpuType="A10-24Q")(s),
+     s["kubevirt"].update(vgpuManager={**VGPU_MANAGER, "repository": "https://registry.example.test/nvidia"})),
+     f"{C}.kubevirt.vgpuManager.repository", "should match pattern"),
+    ("kubevirt enabled with no VM node", lambda s: s.update(kubevirt={"enabled": True}),
+     f"{C}.kubevirt.enabled", "no worker or kubevirt.nodes entry runs vm-passthrough or vm-vgpu"),
+    ("kubevirt without the operator", lambda s: (vm_worker("vm-passthrough")(s), s["gpuOperator"].update(enabled=False)),
+     f"{C}.gpuOperator.enabled", "workers[2] runs vm-passthrough, which needs the GPU Operator's sandbox device plugin"),
+    ("lower-case feature gate", lambda s: (vm_worker("vm-passthrough")(s), s["kubevirt"].update(featureGates=["hostDevices"])),
+     f"{C}.kubevirt.featureGates[0]", "should match pattern"),
     # unknown keys anywhere
     ("unknown top-level key", lambda s: s.update(extra=1), f"{C}.extra", "unknown key"),
     ("snake_case key", setting(w(0), memory_mib=4096), f"{C}.workers[0].memory_mib", "unknown key"),

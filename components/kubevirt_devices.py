@@ -1,0 +1,68 @@
+"""KubeVirtGpuDevices: the GPU host devices and feature gates on an existing KubeVirt custom resource."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.kubevirt import API_VERSION, kubevirt_patch_spec, mediated_devices, pci_host_devices
+from components.spec import ClusterSpec
+
+
+class KubeVirtGpuDevices(pulumi.ComponentResource):
+    """A server-side-apply patch of the KubeVirt CR (``kubevirt.io/v1`` ``KubeVirt``, ``kubevirt.name`` in
+    ``kubevirt.namespace``) permitting every GPU model of the vm-passthrough nodes and every vGPU type of the
+    vm-vgpu nodes, with the ``HostDevices`` gate.
+
+    KubeVirt is installed separately; the CR must exist. ``pulumi.com/patchForce`` takes the device and gate
+    lists over from their previous field manager (``kubectl``, an installer): the lists are atomic, so the spec's
+    ``kubevirt.featureGates`` must name every gate the cluster keeps. Where the HyperConverged Cluster Operator
+    owns the KubeVirt CR it reconciles the CR back from its ``HyperConverged`` resource and undoes this patch;
+    configure ``permittedHostDevices`` on the HyperConverged CR there instead (see docs/kubevirt.md).
+    """
+
+    pci_resources: pulumi.Output[list[str]]
+    """Resource names of the permitted whole GPUs."""
+    mediated_resources: pulumi.Output[list[str]]
+    """Resource names of the permitted vGPU types."""
+    feature_gates: pulumi.Output[list[str]]
+    """The feature gates the CR is left with."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        *,
+        provider: kubernetes.Provider,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("proxmox-gpu-cluster:kubevirt_devices:KubeVirtGpuDevices", name, None, opts)
+        kv = spec.kubevirt
+        body = kubevirt_patch_spec(spec)
+        patch = kubernetes.apiextensions.CustomResourcePatch(
+            f"{name}-kubevirt",
+            api_version=API_VERSION,
+            kind="KubeVirt",
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                name=kv.name, namespace=kv.namespace, annotations={"pulumi.com/patchForce": "true"}
+            ),
+            spec=body,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+        )
+        # Derived from the patch so that whoever uses them waits for it.
+        applied = patch.urn
+        self.pci_resources = applied.apply(lambda _: sorted({d.resource_name for d in pci_host_devices(spec)}))
+        self.mediated_resources = applied.apply(lambda _: [d.resource_name for d in mediated_devices(spec)])
+        self.feature_gates = applied.apply(
+            lambda _: list(body["configuration"]["developerConfiguration"]["featureGates"])
+        )
+        self.register_outputs(
+            {
+                "pciResources": self.pci_resources,
+                "mediatedResources": self.mediated_resources,
+                "featureGates": self.feature_gates,
+            }
+        )
