@@ -41,6 +41,11 @@ def driver_args(b: GuestBootstrapSpec) -> list[str]:
     args += ["--modules", b.kernel_modules]
     if b.driver_version is not None:
         args += ["--version", b.driver_version]
+    for arg in b.kernel_args:
+        args += ["--kernel-arg", arg]
+    if b.driver_mode == "vfio":
+        for vendor_device in sorted({g.vendor_device for g in b.gpus}):
+            args += ["--vfio-id", vendor_device]
     return args
 
 
@@ -68,6 +73,13 @@ def verify_args(b: GuestBootstrapSpec) -> list[str]:
     if host:
         args += ["--driver", b.driver_version or b.driver_branch]
     args += ["--containerd-nvidia", _flag(b.toolkit)]
+    # Only when set, so container workers' verify command (and so their plan) is what it was before KubeVirt.
+    if b.driver_mode == "vfio":
+        args += ["--vfio", "1"]
+    if b.kvm:
+        args += ["--kvm", "1"]
+    for arg in b.kernel_args:
+        args += ["--kernel-arg", arg]
     return args
 
 

@@ -7,7 +7,7 @@ Ubuntu 22.04/24.04 GPU host builds one directly.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -25,6 +25,9 @@ from components.spec_base import (
     on_branch,
 )
 
+VIOMMU_KERNEL_ARGS = ("intel_iommu=on", "iommu=pt")
+"""What turns on the Intel vIOMMU a KubeVirt worker VM gets (``components.worker_vm.machine_type``); pt keeps
+the guest's own devices off the IOMMU's translation path."""
 OPEN_MODULES_DEFAULT_BRANCH = 560
 """From R560 the NVIDIA driver installs the open kernel modules by default on the GPUs that support them (Turing
 and newer, i.e. every model in the catalog); older branches default to the proprietary ones. NVIDIA, "NVIDIA
@@ -47,10 +50,20 @@ class GuestBootstrapSpec(SpecModel):
 
     node_name: Name = Field(description="Kubernetes node name the host joins as.")
     gpus: tuple[ExpectedGpu, ...] = Field(min_length=1, description="GPUs the host must have, in any order.")
-    driver_mode: Literal["host", "operator"] = Field(
+    driver_mode: Literal["host", "operator", "vfio"] = Field(
         description="host: install the NVIDIA driver from Ubuntu's archive; operator: something else owns the GPU "
-        "(the GPU Operator's driver container, or its sandbox components on a KubeVirt node), so only make "
-        "sure nouveau is blacklisted."
+        "(the GPU Operator's driver container, or its vGPU Manager on a vm-vgpu node), so only make sure nouveau "
+        "is blacklisted; vfio: bind the GPUs to vfio-pci at boot for KubeVirt passthrough (vm-passthrough), no "
+        "NVIDIA driver."
+    )
+    kernel_args: tuple[Annotated[str, Field(pattern=r"^[a-z0-9_.-]+(=[A-Za-z0-9_.,:-]+)?$")], ...] = Field(
+        default=(),
+        description="Kernel arguments the host must boot with, e.g. ``intel_iommu=on iommu=pt`` for the IOMMU a "
+        "KubeVirt node hands GPUs through (written to a GRUB drop-in; a reboot when the running kernel lacks one).",
+    )
+    kvm: bool = Field(
+        default=False,
+        description="The host must offer /dev/kvm: a KubeVirt node runs VMs (a VM worker needs nested virtualization).",
     )
     driver_branch: DriverBranch = Field(description="Driver branch, e.g. ``580``.")
     driver_version: DriverVersion | None = Field(default=None, description="Exact driver version, e.g. ``580.95.05``.")
@@ -88,18 +101,25 @@ def kernel_modules(kind: Literal["auto", "open", "proprietary"], branch: str) ->
 def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
     """The bootstrap of ``worker`` (whose Kubernetes node name is its VM name).
 
-    The driver and toolkit are host-installed only for container workers in host driver mode: KubeVirt workers
-    hand their GPUs to the operator's sandbox components, which need them unclaimed by any driver.
+    The driver and toolkit are host-installed only for container workers in host driver mode. KubeVirt workers
+    hand their GPUs to VMs: vm-passthrough workers bind them to vfio-pci, vm-vgpu workers leave them to the
+    operator's vGPU Manager; both boot with the vIOMMU on and need /dev/kvm.
     """
     op = spec.gpu_operator
     guest = spec.guest
     host_driver = op.driver_mode == "host" and worker.workload == "container"
+    kubevirt = worker.workload != "container"
+    mode: Literal["host", "operator", "vfio"] = "host" if host_driver else "operator"
+    if worker.workload == "vm-passthrough":
+        mode = "vfio"
     return GuestBootstrapSpec(
         nodeName=worker.name,
         gpus=tuple(
             ExpectedGpu(vendorDevice=g.host.vendor_device, product=g.model.product) for g in worker_gpus(spec, worker)
         ),
-        driverMode="host" if host_driver else "operator",
+        driverMode=mode,
+        kernelArgs=VIOMMU_KERNEL_ARGS if kubevirt else (),
+        kvm=kubevirt,
         driverBranch=op.driver_branch,
         driverVersion=op.driver_version,
         driverFlavor=guest.driver_flavor,

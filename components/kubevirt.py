@@ -63,7 +63,8 @@ def vgpu_types(spec: ClusterSpec) -> list[str]:
 
 def pci_host_devices(spec: ClusterSpec) -> list[PciHostDevice]:
     """One entry per PCI id of every passthrough model: a model's variant ids (``10de:20b1`` for an A100 PCIe
-    40GB) carry the same pci.ids name, so the plugin advertises them under the model's one resource name."""
+    40GB) carry the same pci.ids name (tests/components/test_catalog.py checks it), so the plugin advertises
+    them under the model's one resource name."""
     return [
         PciHostDevice(pci_vendor_selector=vd.upper(), resource_name=CATALOG[key].sandbox_resource_name)
         for key in passthrough_models(spec)

@@ -24,6 +24,13 @@ def needs_large_bar(spec: ClusterSpec, worker: Worker) -> bool:
     return any(g.model.large_bar for g in worker_gpus(spec, worker))
 
 
+def machine_type(worker: Worker) -> str:
+    """q35 for every worker; KubeVirt workers also get an emulated Intel IOMMU (``viommu=intel``, Proxmox VE 8.2+),
+    without which the guest has no IOMMU groups and cannot hand the GPU to its own VMs through vfio-pci
+    (Proxmox VE admin guide, "vIOMMU"). The guest enables it with ``intel_iommu=on`` (guest bootstrap)."""
+    return "q35,viommu=intel" if worker.workload != "container" else "q35"
+
+
 def vm_tags(spec: ClusterSpec, worker: Worker) -> list[str]:
     """Proxmox tags: the project, the GPU models, then the spec's own tags (Proxmox stores them sorted)."""
     models = {g.model.key.lower() for g in worker_gpus(spec, worker)}
@@ -32,6 +39,10 @@ def vm_tags(spec: ClusterSpec, worker: Worker) -> list[str]:
 
 class GpuWorkerVm(pulumi.ComponentResource):
     """A ``proxmoxve.VmLegacy`` (q35, OVMF without pre-enrolled keys, cpu host, no ballooning, GPUs by mapping).
+
+    cpu host also passes the host's virtualization extensions through, which a KubeVirt worker needs for its own
+    VMs (nested virtualization must be enabled in the Proxmox node's kvm module, the default on current kernels;
+    the guest bootstrap's verify step checks ``/dev/kvm``).
 
     ``proxmoxve.Vm`` has no hostpci support in pulumi-proxmoxve 8.x, hence the legacy resource.
     """
@@ -102,7 +113,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
                 tags=vm_tags(spec, worker),
                 on_boot=worker.on_boot,
                 started=True,
-                machine="q35",
+                machine=machine_type(worker),
                 bios="ovmf",
                 # 4m OVMF vars; no pre-enrolled keys, so Secure Boot is off and the unsigned NVIDIA module loads.
                 efi_disk=proxmoxve.VmLegacyEfiDiskArgs(

@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # Step 2 of the guest bootstrap: nouveau blacklisted and, in host mode, the NVIDIA driver from Ubuntu's archive,
-# pinned and held. Sent after guest_lib.sh.
+# pinned and held; in vfio mode (KubeVirt vm-passthrough) the GPUs bound to vfio-pci at boot instead. Kernel
+# arguments (the IOMMU of a KubeVirt node) go to a GRUB drop-in. Sent after guest_lib.sh.
 #
-# Usage: guest_driver.sh --mode host|operator --branch NNN --flavor server|desktop --modules open|proprietary
-#                        [--version X.Y[.Z]] [--purge]
+# Usage: guest_driver.sh --mode host|operator|vfio --branch NNN --flavor server|desktop --modules open|proprietary
+#                        [--version X.Y[.Z]] [--kernel-arg ARG ...] [--vfio-id VENDOR:DEVICE ...] [--purge]
 # Packages: nvidia-headless-<branch>[-server][-open] (driver, DKMS module source, compute libraries; no X
 # stack) and nvidia-utils-<branch>[-server] (nvidia-smi), from Ubuntu's restricted archive.
 # --purge (the destroy command, only when the spec asks): unhold and purge those packages, nothing else.
 #
-# A reboot is scheduled only when this run changed the driver or the blacklist AND the running kernel cannot
-# pick the change up: nouveau still bound, or a different (or no loadable) nvidia module. A first install on a
-# guest whose nouveau was blacklisted and unloaded by cloud-init loads the new module with modprobe, no reboot.
+# A reboot is scheduled only when the running kernel cannot pick a change up: nouveau still bound, a different
+# (or no loadable) nvidia module after a driver change, a kernel argument missing from /proc/cmdline, or (vfio) a
+# GPU vfio-pci cannot take without one. A first install on a guest whose nouveau was blacklisted and unloaded by
+# cloud-init loads the new module with modprobe, no reboot; a vfio guest needs one boot with the IOMMU on.
 # Prints "driver: ..." and finally "reboot: scheduled" or "reboot: not-needed".
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="driver"
 
-mode="" branch="" flavor="server" modules="open" version="" purge=0
+mode="" branch="" flavor="server" modules="open" version="" purge=0 kernel_args=() vfio_ids=()
 while (($#)); do
   case "$1" in
   --mode) mode="$2" ;;
+  --kernel-arg) kernel_args+=("$2") ;;
+  --vfio-id) vfio_ids+=("$2") ;;
   --branch) branch="$2" ;;
   --flavor) flavor="$2" ;;
   --modules) modules="$2" ;;
@@ -33,7 +37,14 @@ while (($#)); do
   esac
   shift 2
 done
-[[ "$mode" =~ ^(host|operator)$ ]] || fail "--mode" "host or operator" "'$mode'"
+[[ "$mode" =~ ^(host|operator|vfio)$ ]] || fail "--mode" "host, operator or vfio" "'$mode'"
+for arg in "${kernel_args[@]}"; do
+  [[ "$arg" =~ ^[a-z0-9_.-]+(=[A-Za-z0-9_.,:-]+)?$ ]] || fail "--kernel-arg" "key[=value]" "'$arg'"
+done
+for id in "${vfio_ids[@]}"; do
+  [[ "$id" =~ ^[0-9a-f]{4}:[0-9a-f]{4}$ ]] || fail "--vfio-id" "a lower-case vendor:device id" "'$id'"
+done
+[[ "$mode" != vfio || ${#vfio_ids[@]} -gt 0 ]] || fail "--vfio-id" "at least one in vfio mode" "none"
 [[ "$branch" =~ ^[0-9]{3}$ ]] || fail "--branch" "a three-digit branch" "'$branch'"
 [[ "$flavor" =~ ^(server|desktop)$ ]] || fail "--flavor" "server or desktop" "'$flavor'"
 [[ "$modules" =~ ^(open|proprietary)$ ]] || fail "--modules" "open or proprietary" "'$modules'"
@@ -45,6 +56,9 @@ driver_pkg="nvidia-headless-$branch$suffix"
 [[ "$modules" == open ]] && driver_pkg="$driver_pkg-open"
 utils_pkg="nvidia-utils-$branch$suffix"
 BLACKLIST="/etc/modprobe.d/blacklist-nouveau.conf"
+GRUB_DROPIN="/etc/default/grub.d/90-proxmox-gpu-cluster.cfg"
+VFIO_OPTIONS="/etc/modprobe.d/proxmox-gpu-cluster-vfio.conf"
+VFIO_MODULES="/etc/modules-load.d/proxmox-gpu-cluster-vfio.conf"
 
 # blacklist_nouveau: make sure no boot loads nouveau; sets blacklist_changed when it had to.
 blacklist_changed=0
@@ -98,6 +112,78 @@ install_driver() {
   echo "driver: $driver_pkg $(installed_version "$driver_pkg") (installed)"
 }
 
+# configure_kernel_args: the GRUB drop-in holds exactly the wanted arguments (none: no drop-in). Ubuntu's cloud images source /etc/default/grub.d/*.cfg in order, after
+# their own 50-cloudimg-settings.cfg, so appending keeps the console settings.
+configure_kernel_args() {
+  local before="$CHANGED"
+  CHANGED=0
+  if ((${#kernel_args[@]})); then
+    # shellcheck disable=SC2016 # GRUB expands the variable when it sources the drop-in
+    put "$GRUB_DROPIN" '# Managed by proxmox-gpu-cluster: the IOMMU a KubeVirt node needs
+GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT:-} '"${kernel_args[*]}"'"'
+  else
+    drop "$GRUB_DROPIN"
+  fi
+  if ((CHANGED)); then
+    update-grub
+  fi
+  CHANGED=$((before | CHANGED))
+}
+
+# kernel_args_active: the running kernel was booted with every wanted argument.
+kernel_args_active() {
+  local running arg
+  ((${#kernel_args[@]})) || return 0
+  running=" $(cat "$ROOT/proc/cmdline") "
+  for arg in "${kernel_args[@]}"; do
+    [[ "$running" == *" $arg "* ]] || return 1
+  done
+}
+
+# configure_vfio: in vfio mode, vfio-pci claims the GPU ids at boot (modules-load.d loads it; the softdeps order
+# it before any GPU driver); in other modes none of that is left behind. Sets vfio_changed when a file changed.
+vfio_changed=0
+configure_vfio() {
+  local before="$CHANGED" ids
+  CHANGED=0
+  if [[ "$mode" == vfio ]]; then
+    ids="$(printf '%s\n' "${vfio_ids[@]}" | sort -u | paste -sd, -)"
+    put "$VFIO_MODULES" "# Managed by proxmox-gpu-cluster: KubeVirt passes these GPUs to VMs
+vfio
+vfio_iommu_type1
+vfio_pci"
+    put "$VFIO_OPTIONS" "# Managed by proxmox-gpu-cluster: KubeVirt passes these GPUs to VMs
+options vfio-pci ids=$ids
+softdep nouveau pre: vfio-pci
+softdep nvidia pre: vfio-pci"
+  else
+    drop "$VFIO_MODULES"
+    drop "$VFIO_OPTIONS"
+  fi
+  vfio_changed=$CHANGED
+  CHANGED=$((before | CHANGED))
+}
+
+# gpus_on_vfio: every function with a --vfio-id is bound to vfio-pci (loading vfio-pci binds unbound ones).
+gpus_on_vfio() {
+  local id dev
+  loaded vfio_pci || modprobe vfio-pci >/dev/null 2>&1 || return 1
+  for id in "${vfio_ids[@]}"; do
+    while read -r dev; do
+      [[ -z "$dev" || "$(bound_driver "$dev")" == vfio-pci ]] || return 1
+    done < <(pci_devices "$id")
+  done
+}
+
+# vfio_left_bound: a GPU (vendor 10de) is still bound to vfio-pci after leaving vfio mode.
+vfio_left_bound() {
+  local dev
+  for dev in "$ROOT"/sys/bus/pci/devices/*; do
+    [[ -f "$dev/vendor" && "$(cat "$dev/vendor")" == 0x10de && "$(bound_driver "$dev")" == vfio-pci ]] && return 0
+  done
+  return 1
+}
+
 # module_current: the running kernel has (or can load) the installed driver's module.
 module_current() {
   local installed loaded_version
@@ -130,13 +216,21 @@ main() {
     return 0
   fi
   blacklist_nouveau
-  if [[ "$mode" == host ]]; then
-    install_driver
-  else
-    echo "driver: left to the GPU Operator"
-  fi
+  configure_kernel_args
+  configure_vfio
+  case "$mode" in
+  host) install_driver ;;
+  vfio) echo "driver: none; GPUs bound to vfio-pci for KubeVirt" ;;
+  *) echo "driver: left to the GPU Operator" ;;
+  esac
   local reboot=0
   if ! nouveau_gone; then
+    reboot=1
+  elif ! kernel_args_active; then
+    reboot=1
+  elif [[ "$mode" == vfio ]] && ! gpus_on_vfio; then
+    reboot=1
+  elif [[ "$mode" != vfio ]] && ((vfio_changed)) && vfio_left_bound; then
     reboot=1
   elif ((driver_changed)) && ! module_current; then
     reboot=1

@@ -41,6 +41,33 @@ put() {
   CHANGED=1
 }
 
+# drop <path>: remove a file this project wrote, if present; CHANGED=1 and a line when removed.
+drop() {
+  if [[ -e "$ROOT$1" ]]; then
+    rm -f "$ROOT$1"
+    echo "changed: $1 (removed)"
+    CHANGED=1
+  fi
+}
+
+# pci_devices <vendor:device>: sysfs paths of the PCI functions with that id (ids as lspci -n prints them).
+pci_devices() {
+  local dev id
+  for dev in "$ROOT"/sys/bus/pci/devices/*; do
+    [[ -f "$dev/vendor" && -f "$dev/device" ]] || continue
+    id="$(sed 's/^0x//' "$dev/vendor"):$(sed 's/^0x//' "$dev/device")"
+    [[ "$id" == "$1" ]] && printf '%s\n' "$dev"
+  done
+  return 0
+}
+
+# bound_driver <sysfs device>: the driver bound to it, or nothing.
+bound_driver() {
+  if [[ -L "$1/driver" ]]; then
+    basename "$(readlink "$1/driver")"
+  fi
+}
+
 # installed_version <package>: its version when installed, else nothing.
 installed_version() {
   local status="" version=""

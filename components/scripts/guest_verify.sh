@@ -3,17 +3,23 @@
 # the PCI bus and (host driver) in nvidia-smi, and containerd knows the nvidia runtime (host toolkit).
 # Changes nothing. Sent after guest_lib.sh.
 #
+# KubeVirt nodes: the GPUs on vfio-pci (vm-passthrough), the kernel booted with the IOMMU arguments and IOMMU
+# groups present, and /dev/kvm (a VM worker needs nested virtualization from its Proxmox node).
+#
 # Usage: guest_verify.sh --gpu VENDOR:DEVICE=PRODUCT [--gpu ...] [--nvidia-smi 0|1] [--driver VERSION|BRANCH]
-#                        [--containerd-nvidia 0|1]
+#                        [--containerd-nvidia 0|1] [--vfio 0|1] [--kvm 0|1] [--kernel-arg ARG ...]
 # PRODUCT is the NVML name with spaces as dashes (NVIDIA-A10). Prints "verify: ok: ..." or fails naming what
 # was expected and what was seen.
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="verify"
 
-gpus=() nvidia_smi=0 driver="" containerd_nvidia=0
+gpus=() nvidia_smi=0 driver="" containerd_nvidia=0 vfio=0 kvm=0 kernel_args=()
 while (($#)); do
   case "$1" in
+  --vfio) vfio="$2" ;;
+  --kvm) kvm="$2" ;;
+  --kernel-arg) kernel_args+=("$2") ;;
   --gpu) gpus+=("$2") ;;
   --nvidia-smi) nvidia_smi="$2" ;;
   --driver) driver="$2" ;;
@@ -59,8 +65,48 @@ check_containerd() {
   grep -qxF nvidia <<<"${runtimes//,/$'\n'}" || fail "containerd config dump" "an nvidia runtime" "${runtimes:-none}"
 }
 
+check_vfio() {
+  local -A want=()
+  local gpu id dev driver bound drivers
+  for gpu in "${gpus[@]}"; do
+    id="${gpu%%=*}"
+    want[$id]=$((${want[$id]:-0} + 1))
+  done
+  for id in "${!want[@]}"; do
+    bound=0 drivers=()
+    while read -r dev; do
+      [[ -n "$dev" ]] || continue
+      driver="$(bound_driver "$dev")"
+      drivers+=("${driver:-none}")
+      [[ "$driver" == vfio-pci ]] && bound=$((bound + 1))
+    done < <(pci_devices "$id")
+    ((bound == want[$id])) || fail "vfio-pci" "${want[$id]} x $id bound to vfio-pci" "drivers: ${drivers[*]:-no device}"
+  done
+}
+
+check_kernel() {
+  local running arg groups
+  running=" $(cat "$ROOT/proc/cmdline") "
+  for arg in "${kernel_args[@]}"; do
+    [[ "$running" == *" $arg "* ]] || fail "kernel command line" "$arg" "${running:1:-1}"
+  done
+  if [[ " ${kernel_args[*]} " == *"_iommu=on "* ]]; then
+    groups=("$ROOT"/sys/kernel/iommu_groups/*)
+    [[ -e "${groups[0]}" ]] || fail "IOMMU groups" "at least one (is the VM's vIOMMU on?)" "none"
+  fi
+}
+
+check_kvm() {
+  [[ -e "$ROOT/dev/kvm" ]] ||
+    fail "/dev/kvm" "the KVM device (nested virtualization: cpu host, and nested=1 in the Proxmox node's kvm module)" \
+      "none"
+}
+
 main() {
   check_pci
+  ((${#kernel_args[@]})) && check_kernel
+  ((vfio)) && check_vfio
+  ((kvm)) && check_kvm
   ((nvidia_smi)) && check_nvidia_smi
   ((containerd_nvidia)) && check_containerd
   echo "verify: ok: $(printf '%s\n' "${gpus[@]#*=}" | paste -sd, -)"

@@ -14,6 +14,7 @@ import pulumi_command as command
 import pytest
 
 from components.guest_bootstrap import GuestBootstrap
+from components.guest_scripts import driver_args, verify_args
 from components.guest_spec import GuestBootstrapSpec, bootstrap_spec
 from components.spec import load_spec
 from components.testing import RecordedResource, Recording, is_secret, redact, run
@@ -207,7 +208,15 @@ def test_kernel_module_type(kind: str, branch: str, expected: str) -> None:
 def test_kubevirt_workers_get_no_driver_or_toolkit() -> None:
     spec = load_spec(make_vm_worker(base_spec(), 2, "vm-passthrough"))
     b = bootstrap_spec(spec, spec.workers[2])
-    assert (b.driver_mode, b.toolkit, b.cdi) == ("operator", False, False)
+    assert (b.driver_mode, b.toolkit, b.cdi) == ("vfio", False, False)
+    assert (b.kernel_args, b.kvm) == (("intel_iommu=on", "iommu=pt"), True)
+    assert driver_args(b)[-4:] == ["--kernel-arg", "iommu=pt", "--vfio-id", "10de:2236"]
+    vgpu = load_spec(make_vm_worker(base_spec(), 2, "vm-vgpu"))
+    b = bootstrap_spec(vgpu, vgpu.workers[2])
+    assert (b.driver_mode, b.toolkit, b.kernel_args, b.kvm) == ("operator", False, ("intel_iommu=on", "iommu=pt"), True)
+    container = bootstrap_spec(spec, spec.workers[0])
+    assert (container.kernel_args, container.kvm) == ((), False)
+    assert "--vfio-id" not in driver_args(container) and "--kernel-arg" not in verify_args(container)
 
 
 def test_kubernetes_older_than_supported_is_refused() -> None:

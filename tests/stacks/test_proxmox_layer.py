@@ -10,7 +10,7 @@ import pytest
 from components.spec import load_spec
 from components.testing import Recording, redact
 from components.testing_pci import spec_shaped_pci
-from tests.support import base_spec, plan_stack
+from tests.support import base_spec, make_vm_worker, plan_stack
 
 VM = "proxmoxve:index/vmLegacy:VmLegacy"
 MAPPING = "proxmoxve:hardware/mapping/pci:Pci"
@@ -223,3 +223,14 @@ def test_secrets_stay_secret() -> None:
     for r in rec.resources:
         # canary secrets appear only inside secret envelopes
         assert "CANARY" not in repr(redact(r.inputs)), r.name
+
+
+@pytest.mark.parametrize(("workload", "machine"), [("container", "q35"), ("vm-passthrough", "q35,viommu=intel"),
+                                                    ("vm-vgpu", "q35,viommu=intel")])  # fmt: skip
+def test_kubevirt_workers_get_a_virtual_iommu(workload: str, machine: str) -> None:
+    raw = base_spec() if workload == "container" else make_vm_worker(base_spec(), 2, workload)
+    rec = plan_stack(raw)
+    vm = rec.named("ts-1-vm").plain_inputs
+    assert vm["machine"] == machine
+    assert vm["cpu"]["type"] == "host"  # nested virtualization for the worker's own VMs
+    assert rec.named("mig-1-vm").plain_inputs["machine"] == "q35"

@@ -8,6 +8,8 @@ its upstream version); ``reboot()`` is what the scheduled reboot would do. Every
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -46,6 +48,7 @@ MUTATING = (
     "apt-mark hold",
     "apt-mark unhold",
     "update-initramfs",
+    "update-grub",
     "systemd-run",
     "systemctl restart",
     "systemctl enable",
@@ -58,6 +61,21 @@ MUTATING = (
 """Calls that change a host; a re-run on a provisioned guest must make none."""
 
 _DPKG = "$PGC_ROOT/var/lib/fake-dpkg"
+# What loading vfio-pci does: with the IOMMU on (a kernel booted with *_iommu=on), it binds every unbound device
+# whose id its `options vfio-pci ids=` list names; without an IOMMU group the probe fails and they stay unbound.
+_BIND_VFIO = """bind_vfio() {
+  grep -q "_iommu=on" "$PGC_ROOT/proc/cmdline" || return 0
+  ids="$(sed -n 's/^options vfio-pci ids=//p' "$PGC_ROOT"/etc/modprobe.d/*.conf 2>/dev/null | tr , ' ')"
+  for dev in "$PGC_ROOT"/sys/bus/pci/devices/*; do
+    [ -L "$dev/driver" ] && continue
+    id="$(sed 's/^0x//' "$dev/vendor"):$(sed 's/^0x//' "$dev/device")"
+    for want in $ids; do
+      [ "$id" = "$want" ] && ln -s ../../../bus/pci/drivers/vfio-pci "$dev/driver"
+    done
+  done
+  return 0
+}
+"""
 _STUBS = {
     "dpkg-query": f'p="$3"; [ -f "{_DPKG}/$p" ] || exit 1; printf "ii  %s\\n" "$(cat "{_DPKG}/$p")"',
     "apt-cache": 'f="$PGC_ROOT/var/lib/fake-archive/$2"; [ -f "$f" ] || exit 0\n'
@@ -85,7 +103,8 @@ done""",
     "curl": 'echo "-----BEGIN PGP PUBLIC KEY BLOCK-----"',
     "gpg": 'while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out="$2"; fi; shift; done; cat > "$out"',
     "uname": f'echo "{KERNEL}"',
-    "modprobe": f"""if [ "$1" = -r ]; then
+    "modprobe": _BIND_VFIO
+    + f"""if [ "$1" = -r ]; then
   [ -f "$PGC_ROOT/nouveau-busy" ] && exit 1; rm -rf "$PGC_ROOT/sys/module/$2"; exit 0
 fi
 if [ "$1" = nvidia ]; then
@@ -93,7 +112,11 @@ if [ "$1" = nvidia ]; then
   [ -n "$v" ] || exit 1
   mkdir -p "$PGC_ROOT/sys/module/nvidia"; printf "%s\\n" "$v" > "$PGC_ROOT/sys/module/nvidia/version"; exit 0
 fi
+if [ "$1" = vfio-pci ]; then
+  mkdir -p "$PGC_ROOT/sys/module/vfio_pci"; bind_vfio; exit 0
+fi
 mkdir -p "$PGC_ROOT/sys/module/$1\"""",
+    "update-grub": "true",
     "containerd": f"""if [ "$2" = default ]; then cat <<'EOF'
 {DEFAULT_CONTAINERD}
 EOF
@@ -117,6 +140,8 @@ if [ "$1" = -L ]; then cat "$PGC_ROOT/fake-gpus"; else cat "$PGC_ROOT/sys/module
     "cloud-init": 'echo "status: done"',
 }
 
+BOOT_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.8.0-49-generic root=LABEL=cloudimg-rootfs ro console=tty1 console=ttyS0"
+A10_SLOT = "0000:00:10.0"
 A10_LSPCI = "00:10.0 3D controller [0302]: NVIDIA Corporation GA102GL [A10] [10de:2236] (rev a1)\n"
 A10_SMI = "GPU 0: NVIDIA A10 (UUID: GPU-7f1c2a80-0000-0000-0000-000000000001)\n"
 
@@ -136,6 +161,10 @@ class FakeGuest(FakeRoot):
         self.write("etc/fstab", "LABEL=cloudimg-rootfs / ext4 discard,errors=remount-ro 0 1\n")
         self.write("proc/swaps", "Filename Type Size Used Priority\n")
         self.write("fake-lspci", A10_LSPCI)
+        self.write("proc/cmdline", BOOT_CMDLINE + "\n")
+        self.write(f"sys/bus/pci/devices/{A10_SLOT}/vendor", "0x10de\n")
+        self.write(f"sys/bus/pci/devices/{A10_SLOT}/device", "0x2236\n")
+        self.write("dev/kvm", "")  # cpu host on a node with nested virtualization
         self.write("fake-gpus", A10_SMI)
         for package, versions in ARCHIVE.items():
             self.write(f"var/lib/fake-archive/{package}", "\n".join(versions) + "\n")
@@ -154,13 +183,35 @@ class FakeGuest(FakeRoot):
         return self.run_stdin(text, *args)
 
     def reboot(self) -> None:
-        """What the scheduled reboot does: nouveau stays out (blacklisted), udev loads the installed nvidia
-        module."""
+        """What the scheduled reboot does: the kernel boots with the GRUB drop-in's arguments (IOMMU groups
+        appear with *_iommu=on), nouveau stays out (blacklisted), modules-load.d loads vfio-pci (which binds its
+        ids), udev loads the installed nvidia module."""
         shutil.rmtree(self.root / "sys/module", ignore_errors=True)
+        shutil.rmtree(self.root / "sys/kernel/iommu_groups", ignore_errors=True)
+        for device in (self.root / "sys/bus/pci/devices").iterdir():
+            if (device / "driver").is_symlink():
+                (device / "driver").unlink()
         (self.root / "nouveau-busy").unlink(missing_ok=True)
+        dropin = self.root / "etc/default/grub.d/90-proxmox-gpu-cluster.cfg"
+        extra = (
+            re.findall(r'GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT:-\} ([^"]*)"', dropin.read_text())
+            if dropin.exists()
+            else []
+        )
+        cmdline = " ".join([BOOT_CMDLINE, *extra])
+        self.write("proc/cmdline", cmdline + "\n")
+        if "_iommu=on" in cmdline:
+            self.write("sys/kernel/iommu_groups/0/type", "identity\n")
+        if list((self.root / "etc/modules-load.d").glob("*vfio*")):
+            self.run_stdin("modprobe vfio-pci\n")
         drivers = sorted((self.root / "var/lib/fake-dpkg").glob("nvidia-headless-*"))
         if drivers:
             self.write("sys/module/nvidia/version", drivers[-1].read_text().split("-")[0] + "\n")
+
+    def driver_of(self, slot: str = A10_SLOT) -> str | None:
+        """The driver bound to a PCI function, or None."""
+        link = self.root / "sys/bus/pci/devices" / slot / "driver"
+        return Path(os.readlink(link)).name if link.is_symlink() else None
 
 
 def mutating(calls: list[str]) -> list[str]:
