@@ -82,21 +82,15 @@ def feature_gates(spec: ClusterSpec) -> list[str]:
     return sorted({*spec.kubevirt.feature_gates, *REQUIRED_FEATURE_GATES})
 
 
-def kubevirt_patch_spec(spec: ClusterSpec) -> dict[str, Any]:
-    """``spec`` of the patch on the KubeVirt CR.
-
-    Both device lists and the gate list are atomic lists in KubeVirt's schema: a server-side apply replaces
-    them whole, so this patch owns them and lists everything they must contain.
-    """
+def permitted_host_devices(spec: ClusterSpec, *, hyperconverged: bool = False) -> dict[str, Any]:
+    """``permittedHostDevices`` of the KubeVirt CR, or with ``hyperconverged`` of the HCO ``HyperConverged`` CR,
+    which spells the PCI selector ``pciDeviceSelector`` and copies the lists into the KubeVirt CR it owns."""
+    selector = "pciDeviceSelector" if hyperconverged else "pciVendorSelector"
     permitted: dict[str, Any] = {}
     pci = pci_host_devices(spec)
     if pci:
         permitted["pciHostDevices"] = [
-            {
-                "pciVendorSelector": d.pci_vendor_selector,
-                "resourceName": d.resource_name,
-                "externalResourceProvider": True,
-            }
+            {selector: d.pci_vendor_selector, "resourceName": d.resource_name, "externalResourceProvider": True}
             for d in pci
         ]
     mdev = mediated_devices(spec)
@@ -109,9 +103,18 @@ def kubevirt_patch_spec(spec: ClusterSpec) -> dict[str, Any]:
             }
             for d in mdev
         ]
+    return permitted
+
+
+def kubevirt_patch_spec(spec: ClusterSpec) -> dict[str, Any]:
+    """``spec`` of the patch on the KubeVirt CR.
+
+    Both device lists and the gate list are atomic lists in KubeVirt's schema: a server-side apply replaces
+    them whole, so this patch owns them and lists everything they must contain.
+    """
     return {
         "configuration": {
-            "permittedHostDevices": permitted,
+            "permittedHostDevices": permitted_host_devices(spec),
             "developerConfiguration": {"featureGates": feature_gates(spec)},
         }
     }
@@ -130,12 +133,14 @@ def example_virtual_machines(spec: ClusterSpec, namespace: str = "default") -> l
     """
     resources = sorted({d.resource_name for d in pci_host_devices(spec)})
     resources += [d.resource_name for d in mediated_devices(spec)]
-    return [_virtual_machine(resource, namespace) for resource in resources]
+    keys = "".join(f"  - {key}\n" for key in spec.guest.ssh_public_keys)
+    # The stack's SSH keys, so whoever reaches the workers reaches the example VMs (virtctl ssh).
+    user_data = f"#cloud-config\nssh_pwauth: false\nssh_authorized_keys:\n{keys}"
+    return [_virtual_machine(resource, namespace, user_data) for resource in resources]
 
 
-def _virtual_machine(resource: str, namespace: str) -> dict[str, Any]:
+def _virtual_machine(resource: str, namespace: str, user_data: str) -> dict[str, Any]:
     name = "gpu-vm-" + resource.split("/", 1)[1].lower().replace("_", "-").replace(".", "-")
-    user_data = "#cloud-config\nssh_pwauth: false\npackage_update: true\n"
     return {
         "apiVersion": API_VERSION,
         "kind": "VirtualMachine",

@@ -236,6 +236,13 @@ class KubeVirtSpec(SpecModel):
     enabled: bool = Field(default=False, description="Configure KubeVirt to use the GPUs.")
     name: Name = Field(default="kubevirt", description="Name of the KubeVirt custom resource.")
     namespace: Name = Field(default="kubevirt", description="Namespace of the KubeVirt custom resource.")
+    patch_kubevirt: bool = Field(
+        default=True,
+        alias="patchKubeVirt",
+        description="Patch the KubeVirt CR's permittedHostDevices and feature gates. Turn off where the "
+        "HyperConverged Cluster Operator owns the CR (it reverts the patch); put the stack output "
+        "``kubevirtPermittedHostDevices`` into the HyperConverged CR instead.",
+    )
     feature_gates: tuple[Annotated[str, Field(pattern=FEATURE_GATE)], ...] = Field(
         default=(),
         description="Feature gates the KubeVirt CR must keep besides ``HostDevices``. The patch owns the whole "

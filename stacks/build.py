@@ -20,6 +20,7 @@ from components.gpu_operator import GpuOperator
 from components.gpu_quota import GpuQuotas
 from components.guest_bootstrap import GuestBootstrap
 from components.guest_spec import bootstrap_spec
+from components.kubevirt import permitted_host_devices
 from components.kubevirt_devices import KubeVirtGpuDevices
 from components.operator_values import uses_dra
 from components.smoke_test import GpuSmokeTest
@@ -152,7 +153,8 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
         DraDriver("dra-driver", spec, provider=k8s, depends_on=gpu_stack)
     if spec.kubevirt.enabled:
         warn_experimental(spec)
-        KubeVirtGpuDevices("kubevirt-gpus", spec, provider=k8s)
+        if spec.kubevirt.patch_kubevirt:
+            KubeVirtGpuDevices("kubevirt-gpus", spec, provider=k8s)
     if spec.quotas:
         GpuQuotas("gpu-quotas", spec, provider=k8s)
     return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec), proxmox=layer, bootstraps=bootstraps)
@@ -169,6 +171,13 @@ def export(cluster: Cluster) -> None:
         },
     )
     pulumi.export("iommuChecks", cluster.proxmox.iommu_checks)
+    kv = cluster.spec.kubevirt
+    if kv.enabled:
+        # What the KubeVirt CR permits; where HCO owns that CR, what to put into the HyperConverged CR instead.
+        pulumi.export("kubevirtPermittedHostDevices", permitted_host_devices(cluster.spec))
+        if not kv.patch_kubevirt:
+            hco = permitted_host_devices(cluster.spec, hyperconverged=True)
+            pulumi.export("hyperConvergedPermittedHostDevices", hco)
     pulumi.export(
         "capacity",
         {

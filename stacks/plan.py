@@ -7,6 +7,7 @@ values and are shown as ``[secret]``.
     python -m stacks.plan dev --json          # machine-readable plan
     python -m stacks.plan dev --out plan-out  # one YAML file of inputs per resource
     python -m stacks.plan --config my.yaml x  # any stack file
+    python -m stacks.plan kubevirt --kubevirt-vms  # example VirtualMachines for the stack's GPU resources
 
 Exit codes: 0 planned, 2 invalid spec or config (one line per problem on stderr), 1 anything else.
 """
@@ -26,6 +27,8 @@ from typing import Any
 import yaml
 
 from components.capacity import WorkerCapacity, capacity_table
+from components.kubevirt import example_virtual_machines
+from components.spec import ClusterSpec
 from components.testing import RecordedResource, Recording, redact, run
 from stacks.config import ALL_SECRETS, PROJECT, InvalidStackConfig, parse_spec, raw_spec_from_stack_file
 
@@ -124,7 +127,7 @@ def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapac
         advertises = ", ".join(
             [f"{k}: {v}" for k, v in row.resources.items()] + [f"{k}: {v} (DRA)" for k, v in row.devices.items()]
         )
-        rows.append((row.worker, row.node, gpus, row.workload, row.sharing, advertises))
+        rows.append((row.worker, row.node or "(bare metal)", gpus, row.workload, row.sharing, advertises))
     widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]) - 1)]
     for cells in rows:
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)) + "  " + cells[-1])
@@ -155,6 +158,24 @@ def write_inputs(out_dir: Path, recording: Recording) -> int:
     return count
 
 
+def example_manifests(spec: ClusterSpec) -> str:
+    """The example VirtualMachines of ``spec`` as a multi-document YAML stream (empty without KubeVirt)."""
+    if not spec.kubevirt.enabled:
+        return ""
+    return yaml.dump_all(example_virtual_machines(spec), Dumper=_BlockDumper, sort_keys=False, explicit_start=True)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """SafeDumper that writes multi-line strings (cloud-init user data) as literal blocks."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
 def plan(stack: str, document: Mapping[str, Any], main: Path) -> tuple[Recording, list[WorkerCapacity]]:
     """Validate, then run ``main`` under mocks. InvalidStackConfig propagates."""
     spec = parse_spec(raw_spec_from_stack_file(document))
@@ -176,6 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, help="stack config file to plan instead of Pulumi.<stack>.yaml")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--out", type=Path, help="also write each resource's inputs as YAML under this folder")
+    parser.add_argument(
+        "--kubevirt-vms",
+        action="store_true",
+        help="print example KubeVirt VirtualMachines requesting each GPU resource the stack permits, and exit",
+    )
     parser.add_argument("--main", type=Path, default=PROJECT_DIR / "__main__.py", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -189,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{path}: expected a YAML mapping with a 'config' key", file=sys.stderr)
         return 2
     try:
+        if args.kubevirt_vms:
+            print(example_manifests(parse_spec(raw_spec_from_stack_file(document))), end="")
+            return 0
         recording, capacity = plan(args.stack, document, args.main)
     except InvalidStackConfig as err:
         print("\n".join(err.lines), file=sys.stderr)

@@ -120,6 +120,7 @@ def test_patch_targets_the_configured_kubevirt_cr() -> None:
     }
     assert inputs["spec"] == kubevirt_patch_spec(load_spec(bare_metal()))
     assert patch.provider == rec.one("pulumi:providers:kubernetes").urn
+    assert "hyperConvergedPermittedHostDevices" not in rec.outputs
     custom = plan_stack(bare_metal(name="kv", namespace="openshift-cnv")).one(PATCH).plain_inputs
     assert (custom["metadata"]["name"], custom["metadata"]["namespace"]) == ("kv", "openshift-cnv")
 
@@ -127,6 +128,7 @@ def test_patch_targets_the_configured_kubevirt_cr() -> None:
 def test_no_patch_without_kubevirt() -> None:
     rec = plan_stack(base_spec())
     assert not rec.of_type(PATCH)
+    assert "kubevirtPermittedHostDevices" not in rec.outputs
     assert not rec.of_type("proxmox-gpu-cluster:kubevirt_devices:KubeVirtGpuDevices")
 
 
@@ -171,3 +173,22 @@ def test_vgpu_pull_secret_stays_secret_and_the_release_waits_for_it() -> None:
 def test_no_pull_secret_without_vgpu() -> None:
     rec = plan_stack(bare_metal())
     assert not rec.of_type("kubernetes:core/v1:Secret")
+
+
+def test_hco_clusters_skip_the_patch_but_get_the_device_list() -> None:
+    raw = bare_metal(patchKubeVirt=False)
+    rec = plan_stack(raw)
+    assert not rec.of_type(PATCH)
+    assert rec.outputs["kubevirtPermittedHostDevices"] == permitted(load_spec(raw))
+    # HCO's HyperConverged CR spells the PCI selector pciDeviceSelector (it copies the list into the KubeVirt CR).
+    assert rec.outputs["hyperConvergedPermittedHostDevices"] == {
+        "pciHostDevices": [
+            {
+                "pciDeviceSelector": "10DE:2236",
+                "resourceName": "nvidia.com/GA102GL_A10",
+                "externalResourceProvider": True,
+            }
+        ]
+    }
+    assert rec.named("gpu-nodes-ts-1")  # labels and operator values still apply
+    assert rec.one("kubernetes:helm.sh/v3:Release").plain_inputs["values"]["sandboxWorkloads"]["enabled"] is True

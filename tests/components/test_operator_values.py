@@ -113,7 +113,9 @@ def test_variants_cover_the_optional_paths() -> None:
     assert {"devicePlugin.config.name", "migManager.config.name", "dcgmExporter.config.name", "driver.version",
             "driver.kernelModuleType", "dcgmExporter.serviceMonitor.enabled", "devicePlugin.enabled",
             "driver.manager.env", "sandboxWorkloads.enabled", "sandboxWorkloads.defaultWorkload",
-            "vfioManager.enabled", "sandboxDevicePlugin.enabled", "vgpuDeviceManager.enabled"} <= seen  # fmt: skip
+            "vfioManager.enabled", "sandboxDevicePlugin.enabled", "vgpuDeviceManager.enabled",
+            "vgpuManager.repository", "vgpuManager.image", "vgpuManager.version", "vgpuManager.imagePullSecrets",
+            "vgpuDeviceManager.config.name", "vgpuDeviceManager.config.default"} <= seen  # fmt: skip
 
 
 def test_a_mistyped_path_would_be_caught() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks.plan import main, stack_config
-from tests.support import ROOT, base_spec
+from stacks.plan import main, plan, stack_config
+from tests.support import ROOT, base_spec, make_vm_worker
 
 
 def write_stack(tmp_path: Path, spec: dict[str, object], **extra: object) -> Path:
@@ -28,6 +29,29 @@ def test_dev_stack_text_plan(capsys: pytest.CaptureFixture[str]) -> None:
     # the capacity table examples of the dev stack
     assert "gpu-a10-1" in out and "nvidia.com/gpu: 4" in out
     assert "gpu-a100-1" in out and "nvidia.com/mig-1g.5gb: 7" in out
+
+
+def test_kubevirt_text_plan_marks_the_nested_path_experimental(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = make_vm_worker(base_spec(), 2, "vm-vgpu", "A10-12Q")
+    raw["kubevirt"]["nodes"] = [{"name": "bm-1", "workload": "vm-passthrough", "gpus": {"L4": 2}}]
+    assert main(["t", "--config", str(write_stack(tmp_path, raw))]) == 0
+    out = capsys.readouterr().out
+    assert "kubernetes:kubevirt.io/v1:KubeVirtPatch" in out
+    rows = {line.split()[0]: line for line in out.splitlines()[1:] if line.startswith("  ts-1") or "bm-1" in line}
+    assert "vm-vgpu" in rows["ts-1"] and "nvidia.com/NVIDIA_A10-12Q: 4" in rows["ts-1"]
+    assert "(bare metal)" in rows["bm-1"] and "nvidia.com/AD104GL_L4: 2" in rows["bm-1"]
+    assert "  experimental: KubeVirt workers ts-1 are Proxmox VMs" in out
+    assert "CANARY" not in out and "vgpuRegistryPassword" not in out
+
+
+def test_kubevirt_example_vms(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kubevirt", "--kubevirt-vms"]) == 0
+    vms = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [vm["kind"] for vm in vms] == ["VirtualMachine"]
+    assert main(["dev", "--kubevirt-vms"]) == 0
+    assert capsys.readouterr().out == ""  # no KubeVirt in dev
 
 
 def test_json_plan_redacts_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,3 +152,25 @@ def test_module_entry_point_runs_the_dev_plan() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "Capacity" in proc.stdout
+
+
+def test_kubevirt_docs_example_is_what_the_plan_prints_and_the_patch_permits(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    docs = (ROOT / "docs" / "kubevirt.md").read_text()
+    block = re.search(
+        r"<!-- example-vms: python -m stacks.plan kubevirt --kubevirt-vms -->\n```yaml\n(.*?)```", docs, re.S
+    )
+    assert block, "docs/kubevirt.md has the generated example block"
+    assert main(["kubevirt", "--kubevirt-vms"]) == 0
+    assert block[1] == capsys.readouterr().out, "regenerate it: python -m stacks.plan kubevirt --kubevirt-vms"
+    # Every device the example requests is one the stack's KubeVirt patch permits.
+    recording, _ = plan("kubevirt", yaml.safe_load((ROOT / "Pulumi.kubevirt.yaml").read_text()), ROOT / "__main__.py")
+    devices = recording.one("kubernetes:kubevirt.io/v1:KubeVirtPatch").plain_inputs["spec"]["configuration"]
+    permitted = {d["resourceName"] for kind in devices["permittedHostDevices"].values() for d in kind}
+    requested = {
+        gpu["deviceName"]
+        for vm in yaml.safe_load_all(block[1])
+        for gpu in vm["spec"]["template"]["spec"]["domain"]["devices"]["gpus"]
+    }
+    assert requested and requested <= permitted

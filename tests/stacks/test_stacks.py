@@ -25,16 +25,18 @@ def names(rec: Recording, type_: str) -> list[str]:
     return sorted(r.name for r in rec.of_type(type_))
 
 
-def test_there_are_dev_and_prod_stacks() -> None:
-    assert {"dev", "prod"} <= set(STACKS)
+def test_there_are_dev_prod_and_kubevirt_stacks() -> None:
+    assert {"dev", "prod", "kubevirt"} <= set(STACKS)
 
 
 @pytest.mark.parametrize("name", STACKS)
 def test_stack_validates_and_plans_without_warnings(name: str) -> None:
     spec, rec = stack(name)
     assert rec.stack.name == f"proxmox-gpu-cluster-{name}"
-    assert [m for level, m in rec.logs if level in ("warning", "error")] == []
-    assert rec.outputs["capacity"].keys() == {w.name for w in spec.workers}
+    # The one expected warning: KubeVirt workers that are Proxmox VMs are experimental.
+    warnings = [m for level, m in rec.logs if level in ("warning", "error") and not m.startswith("experimental: ")]
+    assert warnings == []
+    assert rec.outputs["capacity"].keys() == {w.name for w in spec.workers} | {n.name for n in spec.kubevirt.nodes}
 
 
 def test_dev_gets_the_operator_with_time_slicing() -> None:
@@ -66,3 +68,37 @@ def test_prod() -> None:
     assert names(rec, "kubernetes:monitoring.coreos.com/v1:PrometheusRule") == ["gpu-monitoring-alerts"]
     assert names(rec, "kubernetes:batch/v1:Job") == ["gpu-smoke-test-job"]
     assert rec.named("gpu-operator-mig-config").plain_inputs["data"]  # the custom geometry's ConfigMap
+
+
+def test_kubevirt() -> None:
+    spec, rec = stack("kubevirt")
+    assert spec.kubevirt.enabled and {w.workload for w in spec.workers} == {"vm-passthrough"}
+    assert {g.model for n in spec.proxmox.nodes for g in n.gpus} == {"A10"}
+    for vm in rec.of_type("proxmoxve:index/vmLegacy:VmLegacy"):
+        assert vm.plain_inputs["machine"] == "q35,viommu=intel" and vm.plain_inputs["cpu"]["type"] == "host"
+    patch = rec.one("kubernetes:kubevirt.io/v1:KubeVirtPatch").plain_inputs
+    assert patch["spec"]["configuration"]["permittedHostDevices"] == {
+        "pciHostDevices": [
+            {
+                "pciVendorSelector": "10DE:2236",
+                "resourceName": "nvidia.com/GA102GL_A10",
+                "externalResourceProvider": True,
+            }
+        ]
+    }
+    assert patch["spec"]["configuration"]["developerConfiguration"]["featureGates"] == ["HostDevices"]
+    values = rec.one("kubernetes:helm.sh/v3:Release").plain_inputs["values"]
+    assert values["sandboxWorkloads"]["enabled"] and values["vfioManager"]["enabled"]
+    for worker in spec.workers:
+        driver = rec.named(f"{worker.name}-bootstrap-driver").plain_inputs["create"]
+        assert "--mode vfio" in driver and "--kernel-arg intel_iommu=on" in driver and "--vfio-id 10de:2236" in driver
+        labels = rec.named(f"gpu-nodes-{worker.name}").plain_inputs["metadata"]["labels"]
+        assert labels["nvidia.com/gpu.workload.config"] == "vm-passthrough"
+    assert {row.worker: row.resources for row in capacity_table(spec)} == {
+        w.name: {"nvidia.com/GA102GL_A10": 1} for w in spec.workers
+    }
+    warnings = [m for level, m in rec.logs if level == "warning"]
+    assert warnings == [
+        "experimental: KubeVirt workers kv-a10-1, kv-a10-2 are Proxmox VMs (nested virtualization, vIOMMU); "
+        "NVIDIA supports vm-passthrough and vm-vgpu nodes on bare metal only (kubevirt.nodes)"
+    ]
