@@ -12,7 +12,7 @@ import yaml
 from components.testing import RecordingMocks, is_secret, run
 from stacks.build import build, export
 from stacks.config import InvalidStackConfig, load
-from tests.support import ROOT, SECRETS, base_spec, plain_strings, stack_config
+from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, stack_config
 
 
 def program() -> None:
@@ -66,6 +66,31 @@ def test_required_secrets_follow_the_spec() -> None:
     provider = rec.one("pulumi:providers:proxmoxve")
     assert provider.plain_inputs["username"] == "root@pam"
     assert is_secret(provider.inputs["password"]) and "apiToken" not in provider.inputs
+
+
+def test_vgpu_registry_password_is_required_only_with_a_vgpu_manager() -> None:
+    vgpu = make_vm_worker(base_spec(), 2, "vm-vgpu")
+    secrets = {k: v for k, v in SECRETS.items() if k != "vgpuRegistryPassword"}
+    config, keys = stack_config(vgpu, secrets)
+    with pytest.raises(InvalidStackConfig) as info:
+        run(program, config=config, secret_keys=keys)
+    assert info.value.lines == [
+        "proxmox-gpu-cluster:vgpuRegistryPassword: required secret is not set (password of kubevirt.vgpuManager's "
+        "registry, e.g. an NGC API key (vm-vgpu nodes)); pulumi config set --secret "
+        "proxmox-gpu-cluster:vgpuRegistryPassword ..."
+    ]
+    config, keys = stack_config(make_vm_worker(base_spec(), 2, "vm-passthrough"), secrets)
+    assert run(program, config=config, secret_keys=keys).of_type("kubernetes:kubevirt.io/v1:KubeVirtPatch")
+
+
+def test_kubevirt_canary_secrets_never_appear_unsecret() -> None:
+    raw = make_vm_worker(base_spec(), 2, "vm-vgpu")
+    raw["kubevirt"]["nodes"] = [{"name": "bm-1", "workload": "vm-passthrough", "gpus": {"L4": 1}}]
+    config, keys = stack_config(raw)
+    rec = run(program, config=config, secret_keys=keys)
+    everything = [r.inputs for r in rec.resources] + [rec.outputs]
+    assert [s for item in everything for s in plain_strings(item) if "CANARY" in s] == []
+    assert SECRETS["vgpuRegistryPassword"] in json.dumps([r.plain_inputs for r in rec.resources])
 
 
 def test_missing_spec_key() -> None:
