@@ -8,7 +8,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from tests.support import base_spec, plan_stack
+from tests.support import base_spec, make_vm_worker, plan_stack
 
 CUSTOM = {"kubernetes:monitoring.coreos.com/v1:ServiceMonitor", "kubernetes:monitoring.coreos.com/v1:PrometheusRule"}
 NOT_OBJECTS = {"kubernetes:helm.sh/v3:Release"}  # a Helm release, not an API object
@@ -73,3 +73,21 @@ def test_custom_resources_have_api_version_kind_and_required_fields() -> None:
         assert group["name"] and group["rules"]
         for r in group["rules"]:
             assert r["expr"] and r["alert"]
+
+
+@pytest.mark.parametrize("version", ["1.33", "1.34"])
+def test_kubevirt_objects(version: str) -> None:
+    """The vGPU pull secret and the KubeVirt nodes' patches pass strict validation; the KubeVirt CR patch names
+    the CR and carries only the configuration it owns."""
+    raw = make_vm_worker(base_spec(), 2, "vm-vgpu")
+    raw["kubevirt"]["nodes"] = [{"name": "bm-1", "workload": "vm-passthrough", "gpus": {"L4": 1}, "taint": True}]
+    rec = plan_stack(raw)
+    checked = []
+    for r in rec.of_type("kubernetes:core/v1:Secret") + rec.of_type("kubernetes:core/v1:NodePatch"):
+        kubernetes_validate.validate(as_object(r.type, r.plain_inputs), version, strict=True)
+        checked.append(r.name)
+    assert {"gpu-operator-vgpu-pull-secret", "gpu-nodes-ts-1", "gpu-nodes-bm-1"} <= set(checked)
+    patch = rec.one("kubernetes:kubevirt.io/v1:KubeVirtPatch").plain_inputs
+    assert (patch["apiVersion"], patch["kind"]) == ("kubevirt.io/v1", "KubeVirt")
+    assert set(patch["spec"]) == {"configuration"}
+    assert set(patch["spec"]["configuration"]) == {"permittedHostDevices", "developerConfiguration"}
