@@ -54,6 +54,8 @@ def verify_args(spec: ClusterSpec, node: ProxmoxNode) -> list[str]:
         args += ["--kernel-arg", arg]
     for _, gpu in passthrough_gpus(spec, node.name):
         args += ["--gpu", gpu.pci_path]
+    if any(w.node == node.name and w.workload != "container" for w in spec.workers):
+        args += ["--nested", "1"]  # a KubeVirt worker VM runs VMs itself
     return args
 
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Verify a Proxmox VE node after GPU host preparation (and its reboot): IOMMU on, interrupt remapping on,
 # the kernel arguments active, every function of every passthrough GPU bound to vfio-pci, and each GPU's
-# IOMMU group holding nothing but that GPU's functions and PCI bridges.
+# IOMMU group holding nothing but that GPU's functions and PCI bridges; with --nested 1 (the node hosts a KubeVirt
+# worker, which runs VMs of its own), nested virtualization on in the kvm module.
 #
-# Usage: host_verify.sh --kernel-arg <arg> [...] --gpu <domain:bus:device> [--gpu ...]
+# Usage: host_verify.sh --kernel-arg <arg> [...] --gpu <domain:bus:device> [--gpu ...] [--nested 0|1]
 # Paths are under $PGC_ROOT (empty on a real host). On success prints "group <slot> <n>" per GPU; on failure
 # prints "host-verify: <step>: expected ...; saw ..." to stderr and exits 1.
 set -euo pipefail
@@ -11,6 +12,7 @@ set -euo pipefail
 ROOT="${PGC_ROOT:-}"
 kernel_args=()
 gpus=()
+nested=0
 
 fail() {
   echo "host-verify: $1: expected $2; saw $3" >&2
@@ -21,6 +23,7 @@ while (($#)); do
   case "$1" in
   --kernel-arg) kernel_args+=("$2") ;;
   --gpu) gpus+=("$2") ;;
+  --nested) nested="$2" ;;
   *)
     echo "host-verify: arguments: unknown argument $1" >&2
     exit 1
@@ -47,6 +50,18 @@ fi
 if ! grep -qE 'Enabled IRQ remapping|Interrupt remapping enabled' <<<"$log"; then
   fail interrupt-remapping "'Enabled IRQ remapping' (Intel) or 'Interrupt remapping enabled' (AMD)" \
     "no such kernel log line"
+fi
+
+if ((nested)); then
+  value=""
+  for module in kvm_intel kvm_amd; do
+    if [[ -r "$ROOT/sys/module/$module/parameters/nested" ]]; then
+      value="$(cat "$ROOT/sys/module/$module/parameters/nested")"
+    fi
+  done
+  [[ "$value" == Y || "$value" == 1 ]] ||
+    fail nested-virtualization "Y or 1 in /sys/module/kvm_{intel,amd}/parameters/nested (a KubeVirt worker runs VMs)" \
+      "${value:-no kvm module}"
 fi
 
 for slot in "${gpus[@]}"; do

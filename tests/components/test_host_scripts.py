@@ -6,7 +6,7 @@ import shlex
 
 from components.host_scripts import kernel_args, parse_groups, prep_args, remote_command, verify_args
 from components.spec import load_spec
-from tests.support import base_spec
+from tests.support import base_spec, make_vm_worker
 
 
 def test_remote_command_quotes_and_uses_sudo_for_non_root() -> None:
@@ -25,6 +25,10 @@ def test_args_follow_the_spec() -> None:
     # only claimed GPUs: a10-0 on pve1 is unclaimed, the console T4 is never passed through
     assert prep_args(spec, node)[-4:] == ["--gpu", "0000:41:00=10de:20f1", "--gpu", "0000:42:00=10de:20f1"]
     assert verify_args(spec, node)[-4:] == ["--gpu", "0000:41:00", "--gpu", "0000:42:00"]
+    # Only a node hosting a KubeVirt worker VM is asked for nested virtualization.
+    kubevirt = load_spec(make_vm_worker(base_spec(), 2, "vm-passthrough"))
+    assert verify_args(kubevirt, kubevirt.node("pve2"))[-2:] == ["--nested", "1"]
+    assert "--nested" not in verify_args(kubevirt, kubevirt.node("pve1"))
 
 
 def test_parse_groups() -> None:

@@ -98,3 +98,18 @@ def test_verify_changes_nothing(host: FakeRoot) -> None:
     before = host.snapshot()
     verify(host, "0000:41:00", "0000:81:00")
     assert host.snapshot() == before
+
+
+@pytest.mark.parametrize(("module", "value", "ok"), [("kvm_amd", "1", True), ("kvm_intel", "Y", True),
+                                                      ("kvm_intel", "N", False), (None, None, False)])  # fmt: skip
+def test_nested_virtualization_for_kubevirt_workers(
+    host: FakeRoot, module: str | None, value: str | None, ok: bool
+) -> None:
+    if module is not None:
+        host.write(f"sys/module/{module}/parameters/nested", f"{value}\n")
+    r = host.run("host_verify.sh", *ARGS, "--gpu", "0000:41:00", "--nested", "1")
+    assert (r.returncode == 0) is ok, r.stderr
+    if not ok:
+        assert r.stderr.startswith("host-verify: nested-virtualization: expected Y or 1 in /sys/module/")
+        assert r.stderr.rstrip().endswith(f"saw {value or 'no kvm module'}")
+    assert verify(host, "0000:41:00").returncode == 0  # without --nested nothing is asked of the module
