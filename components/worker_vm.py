@@ -25,7 +25,7 @@ def needs_large_bar(spec: ClusterSpec, worker: Worker) -> bool:
 
 
 def machine_type(worker: Worker) -> str:
-    """q35 for every worker; KubeVirt workers also get an emulated Intel IOMMU (``viommu=intel``, Proxmox VE 8.2+),
+    """q35 for every worker; KubeVirt workers also get an emulated Intel IOMMU (Proxmox's ``viommu=intel`` option),
     without which the guest has no IOMMU groups and cannot hand the GPU to its own VMs through vfio-pci
     (Proxmox VE admin guide, "vIOMMU"). The guest enables it with ``intel_iommu=on`` (guest bootstrap)."""
     return "q35,viommu=intel" if worker.workload != "container" else "q35"
