@@ -241,7 +241,7 @@ class KubeVirtSpec(SpecModel):
         alias="patchKubeVirt",
         description="Patch the KubeVirt CR's permittedHostDevices and feature gates. Turn off where the "
         "HyperConverged Cluster Operator owns the CR (it reverts the patch); put the stack output "
-        "``kubevirtPermittedHostDevices`` into the HyperConverged CR instead.",
+        "``hyperConvergedPermittedHostDevices`` into the HyperConverged CR instead.",
     )
     feature_gates: tuple[Annotated[str, Field(pattern=FEATURE_GATE)], ...] = Field(
         default=(),

@@ -222,13 +222,13 @@ def _kubevirt(spec: ClusterSpec) -> list[Problem]:
     """Bare-metal KubeVirt nodes, the vGPU manager image and what KubeVirt needs from the rest of the spec."""
     kv = spec.kubevirt
     out: list[Problem] = []
-    workloads = [(f"workers[{i}]", w.name, w.workload) for i, w in enumerate(spec.workers) if w.workload != "container"]
+    workloads = [(f"workers[{i}]", w.workload) for i, w in enumerate(spec.workers) if w.workload != "container"]
     if kv.nodes and not kv.enabled:
         out.append(Problem("kubevirt.nodes", "KubeVirt nodes need kubevirt.enabled: true"))
     owner = {w.name: (f"workers[{i}]", w.workload) for i, w in enumerate(spec.workers)}
     for i, node in enumerate(kv.nodes):
         at = f"kubevirt.nodes[{i}]"
-        workloads.append((at, node.name, node.workload))
+        workloads.append((at, node.workload))
         if node.name in owner:
             first, workload = owner[node.name]
             why = (
@@ -247,7 +247,7 @@ def _kubevirt(spec: ClusterSpec) -> list[Problem]:
         else:
             models = [CATALOG[key] for key in node.gpus]
             out.extend(Problem(f"{at}.vgpuType", m) for m in vgpu_type_problems(node.vgpu_type, models))
-    vgpu = [at for at, _, workload in workloads if workload == "vm-vgpu"]
+    vgpu = [at for at, workload in workloads if workload == "vm-vgpu"]
     if vgpu and kv.vgpu_manager is None:
         out.append(Problem("kubevirt.vgpuManager", f"required: {vgpu[0]} runs vm-vgpu (the vGPU Manager image)"))
     if kv.vgpu_manager is not None and not vgpu:
@@ -258,7 +258,7 @@ def _kubevirt(spec: ClusterSpec) -> list[Problem]:
         out.append(
             Problem(
                 "gpuOperator.enabled",
-                f"{workloads[0][0]} runs {workloads[0][2]}, which needs the GPU Operator's sandbox device plugin",
+                f"{workloads[0][0]} runs {workloads[0][1]}, which needs the GPU Operator's sandbox device plugin",
             )
         )
     return out

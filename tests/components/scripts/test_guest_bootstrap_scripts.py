@@ -477,7 +477,7 @@ def test_vfio_verify_failures_name_what_is_missing(guest: FakeGuest, breakage: o
 
 def test_bare_metal_amd_vfio_node_uses_its_own_iommu_arguments(guest: FakeGuest) -> None:
     b = kubevirt_spec(kernelArgs=["amd_iommu=on", "iommu=pt"])
-    calls, reboots = provision(guest, b)
+    _, reboots = provision(guest, b)
     assert reboots == 1 and guest.driver_of() == "vfio-pci"
     assert guest.read("proc/cmdline").rstrip().endswith("amd_iommu=on iommu=pt")
     assert "intel_iommu" not in guest.read("etc/default/grub.d/90-proxmox-gpu-cluster.cfg")
