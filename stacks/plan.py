@@ -8,6 +8,7 @@ values and are shown as ``[secret]``.
     python -m stacks.plan dev --out plan-out  # one YAML file of inputs per resource
     python -m stacks.plan --config my.yaml x  # any stack file
     python -m stacks.plan kubevirt --kubevirt-vms  # example VirtualMachines for the stack's GPU resources
+    python -m stacks.plan dev --pci pve1=pve1-pci.json  # preflight against a real host's PCI device list
 
 Exit codes: 0 planned, 2 invalid spec or config (one line per problem on stderr), 1 anything else.
 """
@@ -28,8 +29,10 @@ import yaml
 
 from components.capacity import WorkerCapacity, capacity_table
 from components.kubevirt import example_virtual_machines
+from components.pci_mapping import IommuPreflightError
 from components.spec import ClusterSpec
-from components.testing import RecordedResource, Recording, redact, run
+from components.testing import RecordedResource, Recording, RecordingMocks, redact, run
+from components.testing_pci import pci_invokes
 from stacks.config import ALL_SECRETS, PROJECT, InvalidStackConfig, parse_spec, raw_spec_from_stack_file
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -176,8 +179,33 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _represent_str)
 
 
-def plan(stack: str, document: Mapping[str, Any], main: Path) -> tuple[Recording, list[WorkerCapacity]]:
-    """Validate, then run ``main`` under mocks. InvalidStackConfig propagates."""
+PVESH_KEYS = {
+    "iommugroup": "iommuGroup",
+    "subsystem_vendor": "subsystemVendor",
+    "subsystem_device": "subsystemDevice",
+    "vendor_name": "vendorName",
+    "device_name": "deviceName",
+    "subsystem_vendor_name": "subsystemVendorName",
+    "subsystem_device_name": "subsystemDeviceName",
+}
+"""The Proxmox API's snake-case PCI fields -> the provider's ``get_pci`` fields."""
+
+
+def read_pci_file(path: Path) -> list[dict[str, Any]]:
+    """A node's PCI device list as ``get_pci`` returns it, from the JSON of
+    ``pvesh get /nodes/<node>/hardware/pci --pci-class-blacklist "" --output-format json`` (the API's own
+    field names) or a list already in the provider's spelling. ValueError when it is neither."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, list) or not all(isinstance(d, dict) and "id" in d for d in data):
+        raise ValueError("expected a JSON list of PCI devices with an 'id' each (pvesh ... --output-format json)")
+    return [{PVESH_KEYS.get(k, k): v for k, v in d.items()} for d in data]
+
+
+def plan(
+    stack: str, document: Mapping[str, Any], main: Path, pci: Mapping[str, list[dict[str, Any]]] | None = None
+) -> tuple[Recording, list[WorkerCapacity]]:
+    """Validate, then run ``main`` under mocks; ``get_pci`` answers from ``pci`` (node -> device list) where
+    given, else like the spec's hosts. InvalidStackConfig and IommuPreflightError propagate."""
     spec = parse_spec(raw_spec_from_stack_file(document))
     config, secret_keys = stack_config(document)
     recording = run(
@@ -186,8 +214,35 @@ def plan(stack: str, document: Mapping[str, Any], main: Path) -> tuple[Recording
         stack=stack,
         config=config,
         secret_keys=secret_keys,
+        mocks=RecordingMocks(invokes=pci_invokes(spec, pci)),
     )
     return recording, capacity_table(spec)
+
+
+class InputError(Exception):
+    """A file given on the command line cannot be used; ``lines`` says why."""
+
+    def __init__(self, line: str) -> None:
+        self.lines = [line]
+        super().__init__(line)
+
+
+def read_inputs(path: Path, pci_args: Sequence[str]) -> tuple[Mapping[str, Any], dict[str, list[dict[str, Any]]]]:
+    """The parsed stack file and the ``--pci NODE=FILE`` device lists (InputError when one is unusable)."""
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise InputError(f"{path}: {err}") from None
+    if not isinstance(document, Mapping):
+        raise InputError(f"{path}: expected a YAML mapping with a 'config' key")
+    pci: dict[str, list[dict[str, Any]]] = {}
+    for item in pci_args:
+        node, _, file = item.partition("=")
+        try:
+            pci[node] = read_pci_file(Path(file))
+        except (OSError, ValueError) as err:
+            raise InputError(f"--pci {item}: {err}") from None
+    return document, pci
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -198,6 +253,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--out", type=Path, help="also write each resource's inputs as YAML under this folder")
     parser.add_argument(
+        "--pci",
+        action="append",
+        default=[],
+        metavar="NODE=FILE",
+        help="answer the IOMMU preflight for NODE from FILE, the output of `pvesh get /nodes/NODE/hardware/pci "
+        "--pci-class-blacklist '' --output-format json` (default: a host shaped like the spec)",
+    )
+    parser.add_argument(
         "--kubevirt-vms",
         action="store_true",
         help="print example KubeVirt VirtualMachines requesting each GPU resource the stack permits, and exit",
@@ -207,19 +270,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     path: Path = args.config or PROJECT_DIR / f"Pulumi.{args.stack}.yaml"
     try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        print(f"{path}: {err}", file=sys.stderr)
-        return 2
-    if not isinstance(document, Mapping):
-        print(f"{path}: expected a YAML mapping with a 'config' key", file=sys.stderr)
-        return 2
-    try:
+        document, pci = read_inputs(path, args.pci)
+        spec = parse_spec(raw_spec_from_stack_file(document))
+        unknown = sorted(set(pci) - {n.name for n in spec.proxmox.nodes})
+        if unknown:
+            raise InputError(f"--pci: no Proxmox node {', '.join(unknown)} in the spec")
         if args.kubevirt_vms:
-            print(example_manifests(parse_spec(raw_spec_from_stack_file(document))), end="")
+            print(example_manifests(spec), end="")
             return 0
-        recording, capacity = plan(args.stack, document, args.main)
-    except InvalidStackConfig as err:
+        recording, capacity = plan(args.stack, document, args.main, pci)
+    except (InputError, InvalidStackConfig, IommuPreflightError) as err:
         print("\n".join(err.lines), file=sys.stderr)
         return 2
     if args.json:

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -174,3 +175,51 @@ def test_kubevirt_docs_example_is_what_the_plan_prints_and_the_patch_permits(
         for gpu in vm["spec"]["template"]["spec"]["domain"]["devices"]["gpus"]
     }
     assert requested and requested <= permitted
+
+
+def pvesh_device(address: str, vendor: str, device: str, pci_class: str, group: int, name: str) -> dict[str, Any]:
+    """One device as `pvesh get /nodes/<node>/hardware/pci --output-format json` prints it."""
+    return {
+        "id": address, "vendor": f"0x{vendor}", "device": f"0x{device}", "class": pci_class, "iommugroup": group,
+        "subsystem_vendor": "0x10de", "subsystem_device": "0x1482", "device_name": name, "vendor_name": "NVIDIA",
+        "subsystem_vendor_name": "NVIDIA", "subsystem_device_name": "", "mdev": False,
+    }  # fmt: skip
+
+
+def test_pci_file_from_pvesh_feeds_the_preflight(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """dev's pve1 from a real-shaped device list: the mappings take its IOMMU groups; a NIC in the A10's group
+    is refused with the config path, exit 2."""
+    devices = [
+        pvesh_device("0000:40:01.1", "1022", "1483", "0x060400", 41, "PCIe root port"),
+        pvesh_device("0000:41:00.0", "10de", "2236", "0x030200", 41, "GA102GL [A10]"),
+        pvesh_device("0000:81:00.0", "10de", "20f1", "0x030200", 77, "GA100 [A100 PCIe 40GB]"),
+    ]
+    good = tmp_path / "pve1.json"
+    good.write_text(json.dumps(devices))
+    assert main(["dev", "--json", "--pci", f"pve1={good}"]) == 0
+    plan_json = json.loads(capsys.readouterr().out)
+    groups = {
+        r["name"]: r["inputs"]["maps"][0]["iommuGroup"]
+        for r in plan_json["resources"]
+        if r["type"] == "proxmoxve:hardware/mapping/pci:Pci"
+    }
+    assert groups == {"pve1-pci-a10-0": 41, "pve1-pci-a100-0": 77}
+    shared = tmp_path / "shared.json"
+    shared.write_text(json.dumps([*devices, pvesh_device("0000:42:00.0", "8086", "1533", "0x020000", 41, "I210")]))
+    assert main(["dev", "--pci", f"pve1={shared}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cluster.proxmox.nodes[0].gpus[0].pciPath: IOMMU group 41 of 0000:41:00 also holds")
+    assert "0000:42:00.0" in err
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [("pve9={file}", "--pci: no Proxmox node pve9 in the spec"), ("pve1={missing}", "--pci pve1="),
+     ("pve1={bad}", "expected a JSON list of PCI devices")],
+)  # fmt: skip
+def test_pci_file_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], arg: str, message: str) -> None:
+    (tmp_path / "ok.json").write_text("[]")
+    (tmp_path / "bad.json").write_text('{"devices": []}')
+    paths = {"file": tmp_path / "ok.json", "missing": tmp_path / "nope.json", "bad": tmp_path / "bad.json"}
+    assert main(["dev", "--pci", arg.format(**paths)]) == 2
+    assert message in capsys.readouterr().err
