@@ -104,7 +104,7 @@ BARE_METAL = ""
 
 def kubevirt_node_capacity(node: KubeVirtNode) -> WorkerCapacity:
     """The capacity row of an existing (bare-metal) KubeVirt node."""
-    models = [CATALOG[key] for key, count in node.gpus.items() for _ in range(count)]
+    models = [CATALOG[key] for key in node.model_keys]
     return WorkerCapacity(
         worker=node.name,
         node=BARE_METAL,

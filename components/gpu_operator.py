@@ -10,7 +10,7 @@ import pulumi_kubernetes as kubernetes
 from components.dcgm import metrics_config_data, metrics_config_name
 from components.helm import nvidia_release, privileged_namespace
 from components.kubevirt import docker_config_json
-from components.operator_values import operator_values, sandbox_workloads
+from components.operator_values import operator_values
 from components.sharing import device_plugin_config, mig_config
 from components.spec import ClusterSpec
 
@@ -52,7 +52,7 @@ class GpuOperator(pulumi.ComponentResource):
         ns = privileged_namespace(f"{name}-namespace", op.namespace, child)
         release_needs: list[pulumi.Resource] = list(depends_on)
         manager = spec.kubevirt.vgpu_manager
-        if manager is not None and "vm-vgpu" in sandbox_workloads(spec):
+        if manager is not None:  # validation: set exactly when some node runs vm-vgpu
             if vgpu_registry_password is None:
                 raise ValueError("kubevirt.vgpuManager needs vgpu_registry_password for its pull secret")
             config_json = pulumi.Output.secret(vgpu_registry_password).apply(

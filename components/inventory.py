@@ -31,6 +31,33 @@ class WorkerGpu:
         return self.model.named_mig_configs().get(self.mig_config)
 
 
+@dataclass(frozen=True)
+class VmNode:
+    """A node that runs KubeVirt GPU VMs: a vm-passthrough/vm-vgpu worker or a bare-metal ``kubevirt.nodes`` entry."""
+
+    name: str
+    """Kubernetes node name."""
+    workload: str
+    """vm-passthrough or vm-vgpu."""
+    models: tuple[GpuModel, ...]
+    """One entry per GPU."""
+    vgpu_type: str | None
+    """The vGPU type of a vm-vgpu node."""
+
+
+def vm_nodes(spec: ClusterSpec) -> list[VmNode]:
+    """Every KubeVirt node of the spec: workers first (spec order), then the bare-metal nodes."""
+    workers = [
+        VmNode(w.name, w.workload, tuple(g.model for g in worker_gpus(spec, w)), w.vgpu_type)
+        for w in spec.workers
+        if w.workload != "container"
+    ]
+    bare = [
+        VmNode(n.name, n.workload, tuple(CATALOG[k] for k in n.model_keys), n.vgpu_type) for n in spec.kubevirt.nodes
+    ]
+    return workers + bare
+
+
 def effective_mig(worker: Worker, claim: GpuAssignment) -> MigConfig | None:
     """The MIG config that applies to ``claim``: its own, or the worker-wide one."""
     return claim.mig if claim.mig is not None else worker.mig

@@ -17,7 +17,7 @@ from typing import Any
 
 from components.capacity import vgpu_resource
 from components.catalog import CATALOG
-from components.inventory import worker_gpus
+from components.inventory import vm_nodes
 from components.spec import ClusterSpec
 
 API_VERSION = "kubevirt.io/v1"
@@ -49,16 +49,13 @@ class MediatedDevice:
 
 def passthrough_models(spec: ClusterSpec) -> list[str]:
     """Catalog keys of every GPU model on a vm-passthrough worker or bare-metal node, in catalog order."""
-    keys = {g.model.key for w in spec.workers if w.workload == "vm-passthrough" for g in worker_gpus(spec, w)}
-    keys.update(key for n in spec.kubevirt.nodes if n.workload == "vm-passthrough" for key in n.gpus)
+    keys = {m.key for n in vm_nodes(spec) if n.workload == "vm-passthrough" for m in n.models}
     return [k for k in CATALOG if k in keys]
 
 
 def vgpu_types(spec: ClusterSpec) -> list[str]:
     """Every vGPU type a vm-vgpu worker or bare-metal node uses, sorted."""
-    types = {w.vgpu_type for w in spec.workers if w.workload == "vm-vgpu" and w.vgpu_type}
-    types.update(n.vgpu_type for n in spec.kubevirt.nodes if n.workload == "vm-vgpu" and n.vgpu_type)
-    return sorted(types)
+    return sorted({n.vgpu_type for n in vm_nodes(spec) if n.workload == "vm-vgpu" and n.vgpu_type})
 
 
 def pci_host_devices(spec: ClusterSpec) -> list[PciHostDevice]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from components.inventory import vm_nodes
 from components.spec import ClusterSpec
 
 DRA_NODE_LABEL = "nvidia.com/dra-kubelet-plugin"
@@ -30,8 +31,7 @@ def uses_dra(spec: ClusterSpec) -> bool:
 
 def sandbox_workloads(spec: ClusterSpec) -> set[str]:
     """The KubeVirt workload types (``vm-passthrough``, ``vm-vgpu``) some worker or bare-metal node runs."""
-    vm_workers = {w.workload for w in spec.workers if w.workload != "container"}
-    return vm_workers | {n.workload for n in spec.kubevirt.nodes}
+    return {n.workload for n in vm_nodes(spec)}
 
 
 def default_vgpu_config(spec: ClusterSpec) -> str:
@@ -39,8 +39,7 @@ def default_vgpu_config(spec: ClusterSpec) -> str:
 
     The operator's built-in vGPU device config names one config per vGPU type (``A10-24Q``), so a type is a
     config name; every node the stack labels gets its own type anyway."""
-    types = Counter(w.vgpu_type for w in spec.workers if w.workload == "vm-vgpu" and w.vgpu_type)
-    types.update(n.vgpu_type for n in spec.kubevirt.nodes if n.workload == "vm-vgpu" and n.vgpu_type)
+    types = Counter(n.vgpu_type for n in vm_nodes(spec) if n.workload == "vm-vgpu" and n.vgpu_type)
     return min(types, key=lambda t: (-types[t], t)) if types else "default"
 
 
@@ -97,7 +96,7 @@ def operator_values(
         values["sandboxDevicePlugin"] = {"enabled": True}
         values["vgpuDeviceManager"] = {"enabled": "vm-vgpu" in sandbox}
         manager = spec.kubevirt.vgpu_manager
-        if "vm-vgpu" in sandbox and manager is not None:
+        if manager is not None:  # validation: set exactly when some node runs vm-vgpu
             # The vGPU Manager (host driver) image is private: NVIDIA licenses it and users build and push it.
             values["vgpuManager"] = {
                 "enabled": True,

@@ -213,8 +213,7 @@ def node_labels(spec: ClusterSpec, worker: Worker, dp: DevicePluginConfig, mig: 
 
 def kubevirt_node_labels(node: KubeVirtNode) -> dict[str, str]:
     """Labels of an existing (bare-metal) KubeVirt node: the same as a KubeVirt worker's."""
-    models = [key for key, count in node.gpus.items() for _ in range(count)]
-    return dict(sorted(_workload_labels(node.workload, models, node.vgpu_type).items()))
+    return dict(sorted(_workload_labels(node.workload, node.model_keys, node.vgpu_type).items()))
 
 
 def _workload_labels(workload: str, models: list[str], vgpu_type: str | None) -> dict[str, str]:

@@ -229,6 +229,11 @@ class KubeVirtNode(SpecModel):
     vgpu_type: VgpuType | None = Field(default=None, description="vGPU type for vm-vgpu, e.g. ``A10-24Q``.")
     taint: bool = Field(default=False, description="Taint the node nvidia.com/gpu=true:NoSchedule.")
 
+    @property
+    def model_keys(self) -> list[str]:
+        """One catalog key per GPU (``{A10: 2}`` -> ``[A10, A10]``)."""
+        return [key for key, count in self.gpus.items() for _ in range(count)]
+
 
 class KubeVirtSpec(SpecModel):
     """KubeVirt integration for VM workloads (KubeVirt itself is installed separately)."""
