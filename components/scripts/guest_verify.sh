@@ -30,13 +30,15 @@ while (($#)); do
 done
 ((${#gpus[@]})) || fail "arguments" "at least one --gpu" "none"
 
+# How many GPUs of each vendor:device id the host must have.
+declare -A want=()
+for gpu in "${gpus[@]}"; do
+  id="${gpu%%=*}"
+  want[$id]=$((${want[$id]:-0} + 1))
+done
+
 check_pci() {
-  local -A want=()
-  local gpu id seen
-  for gpu in "${gpus[@]}"; do
-    id="${gpu%%=*}"
-    want[$id]=$((${want[$id]:-0} + 1))
-  done
+  local id seen
   for id in "${!want[@]}"; do
     seen="$(lspci -nn | grep -ciF "[$id]" || true)"
     if [[ "$seen" != "${want[$id]}" ]]; then
@@ -66,12 +68,7 @@ check_containerd() {
 }
 
 check_vfio() {
-  local -A want=()
-  local gpu id dev driver bound drivers
-  for gpu in "${gpus[@]}"; do
-    id="${gpu%%=*}"
-    want[$id]=$((${want[$id]:-0} + 1))
-  done
+  local id dev driver bound drivers
   for id in "${!want[@]}"; do
     bound=0 drivers=()
     while read -r dev; do

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from components.errors import SpecError
 from components.spec import ClusterSpec, load_spec
-from tests.support import VGPU_MANAGER, base_spec
+from tests.support import VGPU_MANAGER, base_spec, make_vm_worker
 
 Spec = dict[str, Any]
 
@@ -47,12 +47,9 @@ def adding_worker(**values: Any) -> Callable[[Spec], None]:
 
 def vm_worker(workload: str, **values: Any) -> Callable[[Spec], None]:
     def mutate(s: Spec) -> None:
-        s.setdefault("kubevirt", {}).update(
-            enabled=True, **({"vgpuManager": VGPU_MANAGER} if workload == "vm-vgpu" else {})
-        )
-        s["workers"][2].update(workload=workload, sharing="none", **values)
-        s["workers"][2].pop("timeSlicing", None)
-        s["quotas"] = []
+        make_vm_worker(s, 2, workload)
+        s["workers"][2].pop("vgpuType", None)  # each case sets its own (or none)
+        s["workers"][2].update(values)
 
     return mutate
 
