@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.kubevirt import API_VERSION, kubevirt_patch_spec, mediated_devices, pci_host_devices
+from components.kubevirt import API_VERSION, kubevirt_patch_spec
 from components.spec import ClusterSpec
 
 
@@ -53,12 +53,13 @@ class KubeVirtGpuDevices(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
         )
         # Derived from the patch so that whoever uses them waits for it.
-        applied = patch.urn
-        self.pci_resources = applied.apply(lambda _: sorted({d.resource_name for d in pci_host_devices(spec)}))
-        self.mediated_resources = applied.apply(lambda _: [d.resource_name for d in mediated_devices(spec)])
-        self.feature_gates = applied.apply(
-            lambda _: list(body["configuration"]["developerConfiguration"]["featureGates"])
-        )
+        permitted = body["configuration"]["permittedHostDevices"]
+        pci = sorted({d["resourceName"] for d in permitted.get("pciHostDevices", [])})
+        mdev = [d["resourceName"] for d in permitted.get("mediatedDevices", [])]
+        gates = list(body["configuration"]["developerConfiguration"]["featureGates"])
+        self.pci_resources = patch.urn.apply(lambda _: pci)
+        self.mediated_resources = patch.urn.apply(lambda _: mdev)
+        self.feature_gates = patch.urn.apply(lambda _: gates)
         self.register_outputs(
             {
                 "pciResources": self.pci_resources,
