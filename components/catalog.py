@@ -8,6 +8,10 @@ Sources (checked by tests, not copied):
 - Named MIG configurations: the GPU Operator's ``default-mig-parted-config``; a test resolves every name the
   catalog claims against ``../shared/reference/gpu-operator/<tag>/default-mig-parted-config.yaml``.
 - Product strings: the ``nvidia.com/gpu.product`` label GPU Feature Discovery derives from the NVML device name.
+- Minimum driver branches: the first NVIDIA Data Center GPU Driver branch whose release notes (or, for H100, the
+  NVIDIA AI Enterprise 2.3 notes: "Support for the NVIDIA H100 GPU" with driver 520.61.05) list the model: R410 for
+  Turing (T4), R450 for A100 40GB and the SXM4 80GB, R460 for A10 and A30, R470 for the A100 PCIe 80GB (launched
+  June 2021; listed with the R470 vGPU 13 stack), R520 for H100, R525 for L4, R535 for L40S, R550 for H200.
 
 Nothing here imports Pulumi.
 """
@@ -94,6 +98,8 @@ class GpuModel:
     """Framebuffer size in MiB (nominal)."""
     large_bar: bool
     """Whether the BAR1 aperture is large enough to need a wider 64-bit MMIO window in OVMF."""
+    min_driver_branch: int
+    """The oldest NVIDIA driver branch that supports the model (see the module docstring for the sources)."""
     mig: MigGeometry | None = None
     """MIG geometry; None for GPUs without MIG."""
     vgpu_board: str | None = None
@@ -223,6 +229,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A100-PCIE-40GB",
         memory_mib=40960,
         large_bar=True,
+        min_driver_branch=450,
         mig=_A100_40,
         vgpu_board="A100",
     ),
@@ -233,6 +240,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A100-80GB-PCIe",
         memory_mib=81920,
         large_bar=True,
+        min_driver_branch=470,
         mig=_GH100_80,
         vgpu_board="A100D",
     ),
@@ -243,6 +251,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A100-SXM4-40GB",
         memory_mib=40960,
         large_bar=True,
+        min_driver_branch=450,
         mig=_A100_40,
         vgpu_board="A100X",
     ),
@@ -253,6 +262,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A100-SXM4-80GB",
         memory_mib=81920,
         large_bar=True,
+        min_driver_branch=450,
         mig=_GH100_80,
         vgpu_board="A100DX",
     ),
@@ -263,6 +273,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A30",
         memory_mib=24576,
         large_bar=True,
+        min_driver_branch=460,
         mig=_A30,
         vgpu_board="A30",
     ),
@@ -273,6 +284,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A10",
         memory_mib=24576,
         large_bar=False,
+        min_driver_branch=460,
         vgpu_board="A10",
     ),
     GpuModel(
@@ -282,6 +294,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-H100-PCIe",
         memory_mib=81920,
         large_bar=True,
+        min_driver_branch=520,
         mig=_GH100_80,
         vgpu_board="H100",
     ),
@@ -292,6 +305,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-H100-80GB-HBM3",
         memory_mib=81920,
         large_bar=True,
+        min_driver_branch=520,
         mig=_GH100_80,
         vgpu_board="H100XM",
     ),
@@ -302,6 +316,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-H200",
         memory_mib=144384,
         large_bar=True,
+        min_driver_branch=550,
         mig=_H200_141,
         vgpu_board="H200X",
     ),
@@ -312,6 +327,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-L4",
         memory_mib=24576,
         large_bar=False,
+        min_driver_branch=525,
         vgpu_board="L4",
     ),
     GpuModel(
@@ -321,6 +337,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-L40S",
         memory_mib=49152,
         large_bar=True,
+        min_driver_branch=535,
         vgpu_board="L40S",
     ),
     GpuModel(
@@ -330,6 +347,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="Tesla-T4",
         memory_mib=16384,
         large_bar=False,
+        min_driver_branch=410,
         vgpu_board="T4",
     ),
 )

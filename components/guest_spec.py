@@ -70,7 +70,9 @@ class GuestBootstrapSpec(SpecModel):
     driver_flavor: Literal["server", "desktop"] = Field(default="server", description="Ubuntu driver package line.")
     kernel_modules: Literal["open", "proprietary"] = Field(description="Which NVIDIA kernel modules to install.")
     purge_driver_on_destroy: bool = Field(
-        default=False, description="Purge the driver packages when the bootstrap is destroyed."
+        default=False,
+        description="Purge the driver packages when the bootstrap is destroyed (for hosts that outlive it; a worker "
+        "VM's driver goes with the VM).",
     )
     toolkit: bool = Field(description="Install and configure the NVIDIA Container Toolkit on the host.")
     toolkit_version: ToolkitVersion = Field(default=DEFAULT_TOOLKIT_VERSION, description="Toolkit apt package version.")
@@ -124,7 +126,6 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
         driverVersion=op.driver_version,
         driverFlavor=guest.driver_flavor,
         kernelModules=kernel_modules(op.kernel_module_type, op.driver_branch),
-        purgeDriverOnDestroy=guest.purge_driver_on_destroy,
         toolkit=host_driver,
         toolkitVersion=guest.toolkit_version,
         defaultRuntime=guest.default_runtime,

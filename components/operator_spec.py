@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from components.dcgm_fields import ALERT_FIELDS, DEFAULT_FIELDS, KNOWN_FIELDS, MetricType
 from components.errors import Problem, SpecViolations
-from components.spec_base import DriverBranch, DriverVersion, Name, SpecModel, on_branch
+from components.spec_base import DriverBranch, DriverVersion, Int, Name, SpecModel, on_branch
 
 LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
@@ -20,7 +20,11 @@ class DcgmMetric(SpecModel):
 
     field: str = Field(pattern=r"^DCGM_FI_[A-Z0-9_]+$", description="DCGM field identifier.")
     type: MetricType = Field(description="Prometheus metric type.")
-    help: str = Field(pattern=r"^[^,\n\r]+$", description="Help text; no commas (the exporter parses the file as CSV).")
+    help: str = Field(
+        pattern="^[^,\x00-\x1f\x7f-\x9f\u2028\u2029]+$",
+        max_length=512,
+        description="Help text on one line; no commas (the exporter parses the file as CSV).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -52,13 +56,13 @@ class MonitoringSpec(SpecModel):
     namespace: Name | None = Field(
         default=None, description="Namespace of the ServiceMonitor and PrometheusRule; default: the operator's."
     )
-    labels: dict[str, str] = Field(
+    labels: dict[Annotated[str, Field(max_length=317)], Annotated[str, Field(max_length=63)]] = Field(
         default_factory=dict,
         description="Labels your Prometheus selects rules and monitors by, e.g. ``release: kube-prometheus-stack``.",
     )
-    scrape_interval: str = Field(default="15s", pattern=r"^[1-9]\d*[smh]$", description="Scrape interval.")
-    temperature_celsius: int = Field(default=85, ge=40, le=120, description="GPU temperature alert threshold.")
-    framebuffer_percent: int = Field(default=95, ge=50, le=100, description="Framebuffer usage alert threshold.")
+    scrape_interval: str = Field(default="15s", pattern=r"^[1-9][0-9]{0,4}[smh]$", description="Scrape interval.")
+    temperature_celsius: Int = Field(default=85, ge=40, le=120, description="GPU temperature alert threshold.")
+    framebuffer_percent: Int = Field(default=95, ge=50, le=100, description="Framebuffer usage alert threshold.")
 
     @model_validator(mode="after")
     def _metrics_and_labels(self) -> MonitoringSpec:
@@ -89,14 +93,16 @@ class SmokeTestSpec(SpecModel):
         pattern=r"^[a-z0-9][a-z0-9./_:@-]*$",
         description="Container image; the NVIDIA runtime injects nvidia-smi from the host driver.",
     )
-    timeout_seconds: int = Field(default=600, ge=60, le=7200, description="activeDeadlineSeconds of the Job.")
+    timeout_seconds: Int = Field(default=600, ge=60, le=7200, description="activeDeadlineSeconds of the Job.")
 
 
 class DraSpec(SpecModel):
     """The NVIDIA DRA driver release, used when any worker sets ``dra``."""
 
     chart_version: str = Field(
-        default="25.12.0", pattern=r"^\d+\.\d+\.\d+$", description="nvidia-dra-driver-gpu chart version."
+        default="25.12.0",
+        pattern=r"^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}$",
+        description="nvidia-dra-driver-gpu chart version.",
     )
     namespace: Name = Field(default="nvidia-dra-driver-gpu", description="Namespace of the DRA driver.")
 

@@ -195,8 +195,18 @@ def node_labels(spec: ClusterSpec, worker: Worker, dp: DevicePluginConfig, mig: 
 
     ``nvidia.com/mig.config`` is set on every node with a MIG-capable GPU: without it the operator labels the
     node ``all-disabled`` itself, which would fight any later change (hence patchForce on the NodePatch).
+
+    Without the operator (``gpuOperator.enabled: false``) only the accelerator label (and DRA's) is set: the
+    operator's config labels would configure an operator the stack does not own. Validation refuses time-slicing
+    and MIG there; a taint is still applied.
     """
-    labels = _workload_labels(worker.workload, [g.model.key for g in worker_gpus(spec, worker)], worker.vgpu_type)
+    models = [g.model.key for g in worker_gpus(spec, worker)]
+    if not spec.gpu_operator.enabled:
+        labels = {k: v for k, v in _workload_labels(worker.workload, models, None).items() if k == ACCELERATOR_LABEL}
+        if worker.dra:
+            labels[DRA_NODE_LABEL] = "true"
+        return dict(sorted(labels.items()))
+    labels = _workload_labels(worker.workload, models, worker.vgpu_type)
     if worker.workload == "container" and worker.dra:
         # The DRA kubelet plugin runs where this label is; the operator skips its device plugin where the
         # deploy label is false (operands are switched per node by nvidia.com/gpu.deploy.<operand>).

@@ -24,14 +24,20 @@ from components.spec_base import (
     EXTENDED_RESOURCE,
     ApiEndpoint,
     GpuModelKey,
+    HostName,
+    Int,
     MigConfig,
     Name,
     SpecModel,
+    StorageId,
+    Text,
     ToolkitVersion,
     VgpuType,
     check_pci_path,
+    check_proxmox_endpoint,
     check_vendor_device,
 )
+from components.ssh_keys import check_public_key
 from components.worker_spec import GpuAssignment, Image, Network, TimeSlicing, Worker
 
 __all__ = [
@@ -42,6 +48,8 @@ __all__ = [
 
 MIN_KUBERNETES_MINOR = 30
 """Oldest minor the guest bootstrap installs (pkgs.k8s.io repositories and kubeadm's join configuration)."""
+MAX_QUOTA = 1_000_000
+"""Upper bound of a quota value (extended resources count devices, not bytes)."""
 
 
 class HostGpu(SpecModel):
@@ -80,29 +88,54 @@ class ProxmoxNode(SpecModel):
     """A Proxmox VE node that hosts GPU workers."""
 
     name: Name = Field(description="Proxmox node name as shown in the datacenter tree.")
-    ssh_address: str = Field(min_length=1, description="Host name or IP address SSH reaches the node at.")
+    ssh_address: HostName = Field(description="Host name or IP address SSH reaches the node at.")
     cpu_vendor: Literal["intel", "amd"] = Field(description="CPU vendor; selects intel_iommu or amd_iommu.")
     boot_loader: Literal["grub", "systemd-boot", "auto"] = Field(
         default="auto", description="Where kernel arguments go; auto detects it on the host."
     )
     host_prep: bool = Field(
-        default=False, description="Opt in to IOMMU/vfio host preparation (may reboot the node once)."
+        default=False,
+        description="Opt in to IOMMU/vfio host preparation: kernel arguments, vfio-pci for the GPUs declared here "
+        "(bound at runtime where the kernel allows), driver blacklist; reboots only as ``rebootPolicy`` allows.",
+    )
+    reboot_policy: Literal["when-idle", "always", "never"] = Field(
+        default="when-idle",
+        description="When host prep may reboot the node (only ever needed to change its kernel command line): "
+        "``when-idle`` only if no VM or container runs on it (otherwise the step fails and names them), ``always`` "
+        "even with running guests, ``never`` (reports 'reboot: required'; you reboot it).",
     )
     acs_override: bool = Field(
         default=False,
-        description="Add pcie_acs_override=downstream,multifunction (splits IOMMU groups; weakens isolation).",
+        description="Add pcie_acs_override=downstream,multifunction (splits IOMMU groups; weakens isolation). Needs "
+        "hostPrep; IOMMU-group isolation is then checked by host verify after the reboot, not by the preflight.",
     )
-    snippet_datastore: str = Field(
-        default="local", min_length=1, description="Datastore (with the snippets content type) for cloud-init snippets."
+    nested_virtualization: bool = Field(
+        default=False,
+        description="Host verify checks that the kvm module allows nested virtualization; required on a hostPrep "
+        "node that hosts KubeVirt worker VMs (they run VMs themselves).",
     )
-    gpus: tuple[HostGpu, ...] = Field(default=(), description="GPUs installed in this node.")
+    snippet_datastore: StorageId = Field(
+        default="local", description="Datastore (with the snippets content type) for cloud-init snippets."
+    )
+    gpus: tuple[HostGpu, ...] = Field(
+        default=(),
+        max_length=64,
+        description="GPUs installed in this node. Every one that is not the console GPU is prepared for passthrough "
+        "(vfio-pci, a PCI mapping), whether or not a worker claims it yet, so adding or removing workers never "
+        "changes the host.",
+    )
+
+    @property
+    def passthrough_gpus(self) -> list[tuple[int, HostGpu]]:
+        """(index in ``gpus``, GPU) for every GPU of this node that is not the console GPU."""
+        return [(i, g) for i, g in enumerate(self.gpus) if not g.console]
 
 
 class ProxmoxSpec(SpecModel):
     """How to reach the Proxmox VE cluster."""
 
-    endpoint: str = Field(
-        pattern=r"^https?://[^\s/]+(:\d+)?/?$", description="Proxmox API URL, e.g. ``https://pve1:8006/``."
+    endpoint: Annotated[str, AfterValidator(check_proxmox_endpoint)] = Field(
+        description="Proxmox API URL, e.g. ``https://pve1:8006/``."
     )
     tls_verify: bool = Field(default=True, description="Verify the API's TLS certificate.")
     auth_mode: Literal["token", "password"] = Field(
@@ -112,15 +145,37 @@ class ProxmoxSpec(SpecModel):
     )
     username: str = Field(
         default="root@pam",
-        pattern=r"^[^@\s]+@[^@\s]+$",
+        pattern=r"^[A-Za-z0-9._-]{1,64}@[A-Za-z0-9._-]{1,64}$",
         description="user@realm for password authentication and for SSH-based provider operations.",
     )
     ssh_user: str = Field(
         default="root",
-        pattern=r"^[a-z_][a-z0-9_-]*$",
+        pattern=r"^[a-z_][a-z0-9_-]{0,31}$",
         description="SSH user on the Proxmox nodes (host preparation, snippet uploads); key in ``sshPrivateKey``.",
     )
-    nodes: tuple[ProxmoxNode, ...] = Field(min_length=1, description="Proxmox nodes this stack manages.")
+    nodes: tuple[ProxmoxNode, ...] = Field(
+        min_length=1, max_length=256, description="Proxmox nodes this stack manages."
+    )
+
+
+class DrainSpec(SpecModel):
+    """How a node is drained (``kubectl drain``: evictions, so PodDisruptionBudgets are respected)."""
+
+    timeout_seconds: Int = Field(
+        default=600,
+        ge=30,
+        le=86400,
+        description="How long the drain may take; then it fails, naming the pods still on the node, and the node "
+        "stays cordoned.",
+    )
+    delete_emptydir_data: bool = Field(
+        default=True, description="Evict pods with emptyDir volumes too (their data is lost with the node anyway)."
+    )
+    force: bool = Field(
+        default=False,
+        description="Also delete pods no controller manages (they are not recreated anywhere); off: such pods make "
+        "the drain fail, naming them.",
+    )
 
 
 class KubernetesSpec(SpecModel):
@@ -128,9 +183,13 @@ class KubernetesSpec(SpecModel):
 
     api_endpoint: ApiEndpoint = Field(description="API server host:port used by kubeadm join.")
 
-    version: str = Field(pattern=r"^1\.\d{2}$", description="Kubernetes minor version, e.g. ``1.34``.")
+    version: str = Field(pattern=r"^1\.[0-9]{2}$", description="Kubernetes minor version, e.g. ``1.34``.")
     join_method: Literal["kubeadm", "none"] = Field(
         default="kubeadm", description="kubeadm joins the VMs; none leaves joining to you."
+    )
+    drain: DrainSpec = Field(
+        default_factory=DrainSpec,
+        description="How a worker's node is drained before its VM is replaced or removed.",
     )
 
     @model_validator(mode="after")
@@ -148,11 +207,9 @@ class KubernetesSpec(SpecModel):
 class GuestSpec(SpecModel):
     """Settings shared by every worker VM's guest OS."""
 
-    ssh_public_keys: tuple[
-        Annotated[str, Field(pattern=r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+( .*)?$")],
-        ...,
-    ] = Field(
+    ssh_public_keys: tuple[Annotated[str, AfterValidator(check_public_key)], ...] = Field(
         min_length=1,
+        max_length=64,
         description="Public keys cloud-init installs for each worker's user; the matching private key is the "
         "``sshPrivateKey`` secret the guest bootstrap connects with.",
     )
@@ -172,11 +229,6 @@ class GuestSpec(SpecModel):
         description="Make nvidia containerd's default runtime (``nvidia-ctk runtime configure --set-as-default``); "
         "otherwise pods need ``runtimeClassName: nvidia``.",
     )
-    purge_driver_on_destroy: bool = Field(
-        default=False,
-        description="When a worker's bootstrap is destroyed, purge the NVIDIA driver packages from the guest. Off: "
-        "destroying the component leaves a live node's driver alone.",
-    )
 
 
 FEATURE_GATE = r"^[A-Z][A-Za-z0-9]*$"
@@ -191,10 +243,10 @@ class VgpuManagerSpec(SpecModel):
     """
 
     repository: str = Field(
-        pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d+)?(/[a-z0-9._-]+)*$",
+        pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]{1,128}){0,8}$",
         description="Registry and path holding the image, e.g. ``registry.example.com/nvidia``.",
     )
-    image: str = Field(default="vgpu-manager", pattern=r"^[a-z0-9._/-]+$", description="Image name.")
+    image: str = Field(default="vgpu-manager", pattern=r"^[a-z0-9._/-]{1,128}$", description="Image name.")
     version: str = Field(
         pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$",
         description="Image tag, e.g. ``580.95.02-ubuntu22.04`` (vGPU host driver version and guest OS).",
@@ -203,7 +255,7 @@ class VgpuManagerSpec(SpecModel):
         default="vgpu-manager-registry",
         description="Name of the image pull secret the stack creates in the operator namespace.",
     )
-    registry_username: str = Field(
+    registry_username: Text = Field(
         default="$oauthtoken",
         min_length=1,
         description="Registry user of the pull secret (``$oauthtoken`` with an NGC API key on nvcr.io).",
@@ -223,7 +275,7 @@ class KubeVirtNode(SpecModel):
 
     name: Name = Field(description="Kubernetes node name.")
     workload: Literal["vm-passthrough", "vm-vgpu"] = Field(description="Whole GPUs or vGPUs for VMs.")
-    gpus: dict[GpuModelKey, Annotated[int, Field(ge=1, le=64)]] = Field(
+    gpus: dict[GpuModelKey, Annotated[Int, Field(ge=1, le=64)]] = Field(
         min_length=1, description="GPU model -> how many the node has, e.g. ``{A10: 2}``."
     )
     vgpu_type: VgpuType | None = Field(default=None, description="vGPU type for vm-vgpu, e.g. ``A10-24Q``.")
@@ -248,8 +300,9 @@ class KubeVirtSpec(SpecModel):
         "HyperConverged Cluster Operator owns the CR (it reverts the patch); put the stack output "
         "``hyperConvergedPermittedHostDevices`` into the HyperConverged CR instead.",
     )
-    feature_gates: tuple[Annotated[str, Field(pattern=FEATURE_GATE)], ...] = Field(
+    feature_gates: tuple[Annotated[str, Field(pattern=FEATURE_GATE, max_length=128)], ...] = Field(
         default=(),
+        max_length=128,
         description="Feature gates the KubeVirt CR must keep besides ``HostDevices``. The patch owns the whole "
         "list (a list is replaced, not merged), so list every gate the cluster relies on here.",
     )
@@ -265,9 +318,9 @@ class Quota(SpecModel):
     """A ResourceQuota on GPU resources in one namespace."""
 
     namespace: Name = Field(description="Namespace the quota applies to.")
-    resources: dict[Annotated[str, Field(pattern=EXTENDED_RESOURCE)], Annotated[int, Field(ge=0)]] = Field(
-        min_length=1, description="Extended resource -> maximum requested, e.g. ``nvidia.com/gpu: 4``."
-    )
+    resources: dict[
+        Annotated[str, Field(pattern=EXTENDED_RESOURCE, max_length=253)], Annotated[Int, Field(ge=0, le=MAX_QUOTA)]
+    ] = Field(min_length=1, description="Extended resource -> maximum requested, e.g. ``nvidia.com/gpu: 4``.")
 
     @model_validator(mode="after")
     def _no_prefix(self) -> Quota:
@@ -288,7 +341,7 @@ class ClusterSpec(SpecModel):
     """Everything one stack provisions."""
 
     proxmox: ProxmoxSpec = Field(description="Proxmox VE API and nodes.")
-    workers: tuple[Worker, ...] = Field(min_length=1, description="GPU worker VMs.")
+    workers: tuple[Worker, ...] = Field(min_length=1, max_length=10_000, description="GPU worker VMs.")
     kubernetes: KubernetesSpec = Field(description="Target Kubernetes cluster.")
     guest: GuestSpec = Field(description="Guest OS settings of the worker VMs.")
     gpu_operator: GpuOperatorSpec = Field(default_factory=GpuOperatorSpec, description="GPU Operator settings.")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ipaddress
 import re
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from components.catalog import CATALOG
@@ -49,40 +50,150 @@ def check_vendor_device(value: str) -> str:
     return value.lower()
 
 
-def ip_or_cidr(value: str) -> str:
+MIN_STATIC_PREFIX = 8
+MAX_STATIC_PREFIX = 30
+"""Static worker addresses need a subnet with a network and a broadcast address besides them (/8 to /30)."""
+
+
+def check_ip_or_cidr(value: str) -> str:
+    """``dhcp`` or an IPv4 address with a prefix length (``10.0.0.5/24``): not a netmask, not the subnet's network
+    or broadcast address."""
     if value == "dhcp":
         return value
+    address, slash, prefix = value.partition("/")
+    if not slash:
+        raise ValueError(f"static address needs a prefix length (e.g. {value}/24)")
+    if not re.fullmatch(r"[0-9]{1,2}", prefix):
+        raise ValueError(f"expected a prefix length after '/', like 10.0.0.5/24; got {value!r} (no netmasks)")
     try:
-        ipaddress.IPv4Interface(value)
+        iface = ipaddress.IPv4Interface(f"{address}/{int(prefix)}")
     except ValueError:
         raise ValueError(f"expected 'dhcp' or an IPv4 address with prefix like 10.0.0.5/24, got {value!r}") from None
-    if "/" not in value:
-        raise ValueError(f"static address needs a prefix length (e.g. {value}/24)")
+    if not MIN_STATIC_PREFIX <= iface.network.prefixlen <= MAX_STATIC_PREFIX:
+        raise ValueError(f"prefix /{prefix}: use /{MIN_STATIC_PREFIX} to /{MAX_STATIC_PREFIX} for a static address")
+    if iface.ip in (iface.network.network_address, iface.network.broadcast_address):
+        which = "network" if iface.ip == iface.network.network_address else "broadcast"
+        raise ValueError(f"{iface.ip} is the {which} address of {iface.network}")
+    return f"{iface.ip}/{iface.network.prefixlen}"
+
+
+def check_ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError(f"not an IP address: {value!r}") from None
+
+
+def check_ipv4(value: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(value))
+    except ValueError:
+        raise ValueError(f"not an IPv4 address: {value!r}") from None
+
+
+_HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+DNS_NAME = rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*$"
+
+
+def check_host(value: str) -> str:
+    """A DNS name (RFC 1123) or an IP address."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if len(value) > 253 or not re.fullmatch(DNS_NAME, value):
+        raise ValueError(f"expected a host name or IP address, got {value[:80]!r}")
     return value
 
 
-def ip(value: str) -> str:
+def check_port(value: str, what: str) -> int:
+    # [0-9], not isdigit(): str.isdigit() accepts superscripts and other scripts' digits that int() refuses.
+    if not re.fullmatch(r"[0-9]{1,5}", value) or not 1 <= int(value) <= 65535:
+        raise ValueError(f"{what}: port {value[:12]!r} is not between 1 and 65535")
+    return int(value)
+
+
+def check_api_endpoint(value: str) -> str:
+    """``host:port`` (a DNS name or IPv4) or ``[IPv6]:port``, as kubeadm's ``apiServerEndpoint`` takes it."""
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\w+)|([^\[\]:]+):(\w+)", value)
+    if match is None:
+        raise ValueError(f"expected host:port or [IPv6]:port, got {value[:80]!r}")
+    if match[1] is not None:
+        try:
+            address = ipaddress.IPv6Address(match[1])
+        except ValueError:
+            raise ValueError(f"{match[1]!r} is not an IPv6 address") from None
+        return f"[{address}]:{check_port(match[2], value)}"
+    return f"{check_host(match[3])}:{check_port(match[4], value)}"
+
+
+def endpoint_host(value: str) -> str:
+    """The host of a validated ``api_endpoint`` value, without brackets."""
+    return value.rsplit(":", 1)[0].strip("[]")
+
+
+MAX_URL_LENGTH = 2048
+
+
+def check_http_url(value: str) -> str:
+    """An http(s) URL with a valid host and port and no whitespace or control characters."""
+    if len(value) > MAX_URL_LENGTH or re.search(r"[\s\x00-\x1f\x7f-\x9f\u2028\u2029]", value):
+        raise ValueError("expected an http(s) URL without spaces or control characters")
     try:
-        ipaddress.ip_address(value)
+        parts = urlsplit(value)
+        port_number = parts.port
     except ValueError:
-        raise ValueError(f"not an IP address: {value!r}") from None
+        raise ValueError(f"not a valid URL: {value[:80]!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http:// or https:// URL with a host, got {value[:80]!r}")
+    check_host(parts.hostname)
+    if port_number == 0:
+        raise ValueError(f"port 0 in {value[:80]!r}")
+    return value
+
+
+def check_proxmox_endpoint(value: str) -> str:
+    """The Proxmox API URL: http(s), a host, an optional port, no path beyond ``/``."""
+    check_http_url(value)
+    parts = urlsplit(value)
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"expected https://<host>[:port]/ without a path, query or credentials, got {value[:80]!r}")
+    return value
+
+
+def no_bool(value: object) -> object:
+    """Refuse booleans where a number is expected: YAML's ``true`` is not 1."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number, got a boolean")
     return value
 
 
 Name = Annotated[str, Field(pattern=DNS_LABEL, description="A lower-case DNS label (RFC 1123).")]
 GpuModelKey = Annotated[str, AfterValidator(known_model)]
-IpAddress = Annotated[str, AfterValidator(ip)]
-DriverBranch = Annotated[str, Field(pattern=r"^\d{3}$")]
+IpAddress = Annotated[str, AfterValidator(check_ip)]
+DriverBranch = Annotated[str, Field(pattern=r"^[0-9]{3}$")]
 """An NVIDIA driver branch, e.g. ``580``."""
-DriverVersion = Annotated[str, Field(pattern=r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")]
+DriverVersion = Annotated[str, Field(pattern=r"^[0-9]{3}\.[0-9]{1,3}(\.[0-9]{1,3})?$")]
 """An exact NVIDIA driver version, e.g. ``580.95.05``."""
-ToolkitVersion = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(~rc\.\d+)?-\d+$")]
+ToolkitVersion = Annotated[str, Field(pattern=r"^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}(~rc\.[0-9]{1,4})?-[0-9]{1,4}$")]
 """An apt version of the NVIDIA Container Toolkit packages, e.g. ``1.18.2-1``."""
 DEFAULT_TOOLKIT_VERSION = "1.18.2-1"
-VgpuType = Annotated[str, Field(pattern=r"^[A-Z0-9]+-\d+[QCBA]$")]
+VgpuType = Annotated[str, Field(pattern=r"^[A-Z0-9]{1,16}-[0-9]{1,4}[QCBA]$")]
 """An NVIDIA vGPU type: board prefix, framebuffer GB and series, e.g. ``A10-24Q``."""
-ApiEndpoint = Annotated[str, Field(pattern=r"^[A-Za-z0-9.-]+:\d{1,5}$")]
-"""A Kubernetes API server host:port."""
+ApiEndpoint = Annotated[str, AfterValidator(check_api_endpoint)]
+"""A Kubernetes API server ``host:port`` or ``[IPv6]:port``."""
+HostName = Annotated[str, AfterValidator(check_host)]
+"""A DNS name or an IP address."""
+Int = Annotated[int, BeforeValidator(no_bool)]
+"""An integer that refuses booleans; every Int field also carries explicit bounds."""
+StorageId = Annotated[str, Field(pattern=r"^[A-Za-z][-A-Za-z0-9_.]{0,98}[A-Za-z0-9]$")]
+"""A Proxmox storage id (pve-common ``parse_id``: a letter first, letters, digits, ``-_.``, no trailing punctuation)."""
+BridgeId = Annotated[str, Field(pattern=r"^[-_.A-Za-z0-9]{1,15}$")]
+"""A Proxmox bridge (a Linux interface name: at most 15 characters)."""
+DnsName = Annotated[str, Field(pattern=DNS_NAME, max_length=253)]
+"""A DNS name, e.g. ``lab.internal``."""
+Text = Annotated[str, Field(pattern="^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$", max_length=1024)]
+"""Free text on one line: no control or line-separator characters."""
 
 
 def on_branch(version: str | None, branch: str) -> bool:
@@ -90,5 +201,5 @@ def on_branch(version: str | None, branch: str) -> bool:
     return version is None or version.split(".")[0] == branch
 
 
-MigConfig = str | dict[str, int]
+MigConfig = str | dict[str, Annotated[Int, Field(ge=0, le=64)]]
 """A named operator MIG config (``all-1g.5gb``) or a custom geometry ``{profile: count}`` for one GPU."""

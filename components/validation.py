@@ -15,6 +15,8 @@ from components.errors import Problem
 from components.inventory import effective_mig, find_host_gpu, worker_gpus
 from components.mig import geometry_problems
 from components.spec import ClusterSpec, MigConfig, Worker
+from components.validation_hosts import host_problems
+from components.validation_kubevirt import kubevirt_problems, vm_worker_problems
 
 MAX_HOSTPCI = 16
 """Proxmox VE offers hostpci0..hostpci15 per VM (qm.conf(5))."""
@@ -22,18 +24,22 @@ DRA_MIN_KUBERNETES_MINOR = 34
 """resource.k8s.io/v1 (DRA GA) is served from Kubernetes 1.34; the NVIDIA DRA driver requires it."""
 DRA_MIN_DRIVER_BRANCH = 580
 """The NVIDIA DRA driver for GPUs requires driver 580 or later (NVIDIA GPU Operator DRA docs)."""
+OPEN_MODULES_FIRST_BRANCH = 515
+"""NVIDIA published the open GPU kernel modules with R515 (github.com/NVIDIA/open-gpu-kernel-modules)."""
 
 T = TypeVar("T")
 
 
 def cross_check(spec: ClusterSpec) -> list[Problem]:
     """Every cross-field problem of a structurally valid spec."""
-    problems = [*_duplicates(spec), *_gpu_claims(spec)]
+    problems = [*_duplicates(spec), *_gpu_claims(spec), *host_problems(spec)]
     for i, worker in enumerate(spec.workers):
         problems.extend(_worker(spec, i, worker))
+    problems.extend(_driver_branch(spec))
+    problems.extend(_operator_off(spec))
     problems.extend(_mig_strategy(spec))
     problems.extend(_dra(spec))
-    problems.extend(_kubevirt(spec))
+    problems.extend(kubevirt_problems(spec))
     if not problems:
         # Quotas and the smoke test are judged against the capacity table, which is only meaningful for an
         # otherwise valid spec.
@@ -117,7 +123,7 @@ def _worker(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
     at = f"workers[{i}]"
     out: list[Problem] = []
     if w.workload != "container":
-        return [*_vm_workload(spec, i, w), *_vgpu(spec, i, w)]
+        return vm_worker_problems(spec, i, w)
     if w.vgpu_type is not None:
         out.append(Problem(f"{at}.vgpuType", "only applies to vm-vgpu workers"))
     if w.sharing == "time-slicing" and w.time_slicing is None:
@@ -130,31 +136,6 @@ def _worker(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
         out.append(Problem(f"{at}.sharing", "MIG sharing needs gpuOperator.migStrategy single or mixed (is none)"))
     if w.node in {n.name for n in spec.proxmox.nodes}:
         out.extend(_gpu_mig(spec, i, w))
-    return out
-
-
-def _vm_workload(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
-    """KubeVirt workers hand whole GPUs (or vGPUs) to VMs: no container-side sharing applies."""
-    at = f"workers[{i}]"
-    out: list[Problem] = []
-    if not spec.kubevirt.enabled:
-        out.append(Problem(f"{at}.workload", f"{w.workload} needs kubevirt.enabled: true"))
-    uses_mig = w.sharing == "mig" or w.mig is not None or any(c.mig is not None for c in w.gpus)
-    if w.workload == "vm-vgpu" and uses_mig:
-        out.append(
-            Problem(
-                f"{at}.sharing",
-                "MIG-backed vGPU is not supported; vm-vgpu uses time-sliced vGPU types on whole GPUs",
-            )
-        )
-    elif uses_mig or w.sharing != "none" or w.time_slicing is not None:
-        out.append(
-            Problem(
-                f"{at}.sharing",
-                f"{w.workload} hands GPUs to VMs, so MIG and time-slicing do not "
-                f"apply; use sharing: none and no mig/timeSlicing",
-            )
-        )
     return out
 
 
@@ -192,76 +173,50 @@ def _mig_config_problems(model: GpuModel, config: MigConfig) -> list[str]:
     return geometry_problems(model, config)
 
 
-def _vgpu(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
-    at = f"workers[{i}].vgpuType"
-    if w.workload != "vm-vgpu":
-        return [Problem(at, "only applies to vm-vgpu workers")] if w.vgpu_type else []
-    if w.vgpu_type is None:
-        return [Problem(at, "required for vm-vgpu workers (e.g. A10-24Q)")]
-    models = [CATALOG[h.model] for c in w.gpus if (h := find_host_gpu(spec, w.node, c.ref)) is not None]
-    return [Problem(at, m) for m in vgpu_type_problems(w.vgpu_type, models)]
-
-
-def vgpu_type_problems(vgpu_type: str, models: Iterable[GpuModel]) -> list[str]:
-    """Why ``vgpu_type`` cannot be created on every one of ``models`` (empty when it can)."""
-    board, rest = vgpu_type.rsplit("-", 1)
-    size_gb = int(rest[:-1])
-    out: set[str] = set()
-    for model in models:
-        fb_gb = model.memory_mib // 1024
-        if model.vgpu_board is None:
-            out.add(f"no vGPU types are known for {model.key}")
-        elif board != model.vgpu_board:
-            out.add(f"{vgpu_type} is not a {model.key} vGPU type ({model.vgpu_board}-<GB><series>)")
-        elif size_gb < 1 or fb_gb % size_gb:
-            out.add(f"{vgpu_type}: {size_gb} GB does not divide the {fb_gb} GB of a {model.key}")
-    return sorted(out)
-
-
-def _kubevirt(spec: ClusterSpec) -> list[Problem]:
-    """Bare-metal KubeVirt nodes, the vGPU manager image and what KubeVirt needs from the rest of the spec."""
-    kv = spec.kubevirt
+def _driver_branch(spec: ClusterSpec) -> list[Problem]:
+    """The driver branch must know every GPU model a container worker runs (KubeVirt workers hand GPUs to VMs)."""
+    op = spec.gpu_operator
+    branch = int(op.driver_branch)
     out: list[Problem] = []
-    workloads = [(f"workers[{i}]", w.workload) for i, w in enumerate(spec.workers) if w.workload != "container"]
-    if kv.nodes and not kv.enabled:
-        out.append(Problem("kubevirt.nodes", "KubeVirt nodes need kubevirt.enabled: true"))
-    owner = {w.name: (f"workers[{i}]", w.workload) for i, w in enumerate(spec.workers)}
-    for i, node in enumerate(kv.nodes):
-        at = f"kubevirt.nodes[{i}]"
-        workloads.append((at, node.workload))
-        if node.name in owner:
-            first, workload = owner[node.name]
-            why = (
-                f"node {node.name!r} already runs {workload} ({first}); a node runs one workload type"
-                if workload != node.workload
-                else f"node {node.name!r} is already {first}"
-            )
-            out.append(Problem(f"{at}.name", why))
-        else:
-            owner[node.name] = (at, node.workload)
-        if node.workload != "vm-vgpu":
-            if node.vgpu_type is not None:
-                out.append(Problem(f"{at}.vgpuType", "only applies to vm-vgpu nodes"))
-        elif node.vgpu_type is None:
-            out.append(Problem(f"{at}.vgpuType", "required for vm-vgpu nodes (e.g. A10-24Q)"))
-        else:
-            models = [CATALOG[key] for key in node.gpus]
-            out.extend(Problem(f"{at}.vgpuType", m) for m in vgpu_type_problems(node.vgpu_type, models))
-    vgpu = [at for at, workload in workloads if workload == "vm-vgpu"]
-    if vgpu and kv.vgpu_manager is None:
-        out.append(Problem("kubevirt.vgpuManager", f"required: {vgpu[0]} runs vm-vgpu (the vGPU Manager image)"))
-    if kv.vgpu_manager is not None and not vgpu:
-        out.append(Problem("kubevirt.vgpuManager", "only applies when a worker or kubevirt node runs vm-vgpu"))
-    if kv.enabled and not workloads:
-        out.append(Problem("kubevirt.enabled", "no worker or kubevirt.nodes entry runs vm-passthrough or vm-vgpu"))
-    if kv.enabled and workloads and not spec.gpu_operator.enabled:
+    too_new: dict[str, str] = {}
+    for i, worker in enumerate(spec.workers):
+        if worker.workload != "container" or worker.node not in {n.name for n in spec.proxmox.nodes}:
+            continue
+        for g in worker_gpus(spec, worker):
+            if branch < g.model.min_driver_branch:
+                too_new.setdefault(g.model.key, f"workers[{i}]")
+    for key, first in too_new.items():
+        need = CATALOG[key].min_driver_branch
         out.append(
             Problem(
-                "gpuOperator.enabled",
-                f"{workloads[0][0]} runs {workloads[0][1]}, which needs the GPU Operator's sandbox device plugin",
+                "gpuOperator.driverBranch",
+                f"branch {op.driver_branch} does not support {key} ({first}); it needs branch {need} or later",
+            )
+        )
+    if op.kernel_module_type == "open" and branch < OPEN_MODULES_FIRST_BRANCH:
+        out.append(
+            Problem(
+                "gpuOperator.kernelModuleType",
+                f"the open kernel modules start with branch {OPEN_MODULES_FIRST_BRANCH} (branch is {op.driver_branch})",
             )
         )
     return out
+
+
+def _operator_off(spec: ClusterSpec) -> list[Problem]:
+    """Time-slicing and MIG are configured through the operator's device plugin and MIG manager, which the stack
+    installs only with the operator; refuse them rather than count resources nothing will create. A taint needs no
+    operator and is still applied."""
+    if spec.gpu_operator.enabled:
+        return []
+    return [
+        Problem(
+            f"workers[{i}].sharing",
+            f"{w.sharing} is applied by the GPU Operator, which gpuOperator.enabled: false does not install",
+        )
+        for i, w in enumerate(spec.workers)
+        if w.sharing != "none"
+    ]
 
 
 def _mig_strategy(spec: ClusterSpec) -> list[Problem]:

@@ -7,7 +7,24 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from components.spec_base import IpAddress, MigConfig, Name, SpecModel, VgpuType, ip_or_cidr
+from components.errors import Problem, SpecViolations
+from components.spec_base import (
+    BridgeId,
+    DnsName,
+    Int,
+    IpAddress,
+    MigConfig,
+    Name,
+    SpecModel,
+    StorageId,
+    VgpuType,
+    check_http_url,
+    check_ip_or_cidr,
+    check_ipv4,
+)
+
+MAX_MEMORY_MIB = 4 * 1024 * 1024
+"""4 TiB: far above any GPU worker, and a bound that keeps absurd values out of the Proxmox API."""
 
 
 class GpuAssignment(SpecModel):
@@ -25,7 +42,7 @@ class GpuAssignment(SpecModel):
 class TimeSlicing(SpecModel):
     """Time-slicing settings of the device plugin for one worker."""
 
-    replicas: int = Field(ge=2, le=64, description="Pods that may share each GPU (at least 2).")
+    replicas: Int = Field(ge=2, le=64, description="Pods that may share each GPU (at least 2).")
     rename_by_default: bool = Field(
         default=False, description="Advertise ``<resource>.shared`` instead of the plain resource name."
     )
@@ -37,20 +54,20 @@ class TimeSlicing(SpecModel):
 class Image(SpecModel):
     """Where the worker's boot disk comes from: a cloud image download or a template clone."""
 
-    cloud_image_url: str | None = Field(
+    cloud_image_url: Annotated[str, AfterValidator(check_http_url)] | None = Field(
         default=None,
-        pattern=r"^https?://\S+\.(img|qcow2|raw)$",
-        description="Cloud image to import (Ubuntu 22.04/24.04 server cloud image).",
+        description="Cloud image to import (Ubuntu 22.04/24.04 server cloud image, qcow2 or raw). The file stored on "
+        "the datastore gets a name derived from the URL and the stack, so two stacks or two URLs never share one.",
     )
     checksum: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",
         description="SHA-256 of the cloud image, checked on download.",
     )
-    template_vmid: int | None = Field(
+    template_vmid: Int | None = Field(
         default=None, ge=100, le=999_999_999, description="Clone this template VM instead of importing."
     )
-    datastore: str = Field(default="local", min_length=1, description="Datastore for the downloaded image.")
+    datastore: StorageId = Field(default="local", description="Datastore for the downloaded image.")
 
     @model_validator(mode="after")
     def _one_source(self) -> Image:
@@ -64,39 +81,56 @@ class Image(SpecModel):
 class Network(SpecModel):
     """The worker's network interface and guest IP configuration (cloud-init)."""
 
-    bridge: str = Field(default="vmbr0", min_length=1, description="Proxmox bridge.")
-    vlan: int | None = Field(default=None, ge=1, le=4094, description="VLAN tag, if any.")
-    ipv4: Annotated[str, AfterValidator(ip_or_cidr)] = Field(
+    bridge: BridgeId = Field(default="vmbr0", description="Proxmox bridge.")
+    vlan: Int | None = Field(default=None, ge=1, le=4094, description="VLAN tag, if any.")
+    ipv4: Annotated[str, AfterValidator(check_ip_or_cidr)] = Field(
         default="dhcp", description="``dhcp`` or a static address with prefix (``10.0.0.51/24``)."
     )
-    gateway: IpAddress | None = Field(default=None, description="IPv4 gateway for a static address.")
-    dns: tuple[IpAddress, ...] = Field(default=(), description="DNS servers.")
-    search_domain: str | None = Field(default=None, description="DNS search domain.")
+    gateway: Annotated[str, AfterValidator(check_ipv4)] | None = Field(
+        default=None, description="IPv4 gateway for a static address; inside its subnet."
+    )
+    dns: tuple[IpAddress, ...] = Field(default=(), max_length=3, description="DNS servers (at most three).")
+    search_domain: DnsName | None = Field(default=None, description="DNS search domain.")
 
     @model_validator(mode="after")
     def _gateway_in_subnet(self) -> Network:
         if self.ipv4 == "dhcp":
             if self.gateway is not None:
-                raise ValueError("gateway is only used with a static ipv4 address")
+                raise SpecViolations([Problem("gateway", "only used with a static ipv4 address")])
             return self
         iface = ipaddress.IPv4Interface(self.ipv4)
-        if self.gateway is not None and ipaddress.ip_address(self.gateway) not in iface.network:
-            raise ValueError(f"gateway {self.gateway} is outside {iface.network}")
+        if self.gateway is not None:
+            gateway = ipaddress.IPv4Address(self.gateway)
+            if gateway not in iface.network:
+                raise SpecViolations([Problem("gateway", f"{gateway} is outside {iface.network}")])
+            if gateway == iface.ip:
+                raise SpecViolations([Problem("gateway", f"{gateway} is the worker's own address")])
+            if gateway in (iface.network.network_address, iface.network.broadcast_address):
+                raise SpecViolations([Problem("gateway", f"{gateway} is not a host address of {iface.network}")])
         return self
+
+    @property
+    def static_address(self) -> str | None:
+        """The static IPv4 address without its prefix, or None with DHCP."""
+        return None if self.ipv4 == "dhcp" else self.ipv4.split("/")[0]
 
 
 class Worker(SpecModel):
     """A Kubernetes GPU worker: a Proxmox VM with GPUs passed through. Its VM name is its node name."""
 
     name: Name = Field(description="VM name and Kubernetes node name.")
-    vmid: int = Field(ge=100, le=999_999_999, description="Proxmox VM id.")
+    vmid: Int = Field(ge=100, le=999_999_999, description="Proxmox VM id.")
     node: Name = Field(description="Proxmox node the VM runs on.")
-    cores: int = Field(default=8, ge=1, le=512, description="vCPU cores (cpu type host).")
-    memory_mib: int = Field(
-        default=32768, alias="memoryMiB", ge=2048, description="Guest RAM in MiB; pinned, no ballooning."
+    cores: Int = Field(default=8, ge=1, le=512, description="vCPU cores (cpu type host).")
+    memory_mib: Int = Field(
+        default=32768,
+        alias="memoryMiB",
+        ge=2048,
+        le=MAX_MEMORY_MIB,
+        description="Guest RAM in MiB; pinned, no ballooning.",
     )
-    disk_gib: int = Field(default=100, alias="diskGiB", ge=20, le=65536, description="Boot disk size in GiB.")
-    datastore: str = Field(default="local-lvm", min_length=1, description="Datastore for the VM's disks.")
+    disk_gib: Int = Field(default=100, alias="diskGiB", ge=20, le=65536, description="Boot disk size in GiB.")
+    datastore: StorageId = Field(default="local-lvm", description="Datastore for the VM's disks.")
     image: Image = Field(
         default_factory=lambda: Image(
             cloudImageUrl="https://cloud-images.ubuntu.com/jammy/current/jammy-server-cloudimg-amd64.img"
@@ -104,7 +138,7 @@ class Worker(SpecModel):
         description="Boot disk source; defaults to the Ubuntu 22.04 cloud image.",
     )
     network: Network = Field(default_factory=Network, description="Network and IP settings.")
-    ssh_user: str = Field(default="ubuntu", pattern=r"^[a-z_][a-z0-9_-]*$", description="Guest login user.")
+    ssh_user: str = Field(default="ubuntu", pattern=r"^[a-z_][a-z0-9_-]{0,31}$", description="Guest login user.")
     gpus: tuple[GpuAssignment, ...] = Field(min_length=1, description="GPUs passed through to this VM.")
     workload: Literal["container", "vm-passthrough", "vm-vgpu"] = Field(
         default="container",
@@ -124,6 +158,6 @@ class Worker(SpecModel):
     taint: bool = Field(default=False, description="Taint the node nvidia.com/gpu=true:NoSchedule.")
     protect: bool = Field(default=False, description="Protect the VM from deletion by Pulumi.")
     on_boot: bool = Field(default=True, description="Start the VM when its Proxmox node boots.")
-    tags: tuple[Annotated[str, Field(pattern=r"^[a-z0-9_][a-z0-9_.+-]*$")], ...] = Field(
-        default=(), description="Extra Proxmox tags."
+    tags: tuple[Annotated[str, Field(pattern=r"^[a-z0-9_][a-z0-9_.+-]{0,63}$")], ...] = Field(
+        default=(), max_length=32, description="Extra Proxmox tags."
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.support import base_spec, make_vm_worker, plan_stack
@@ -105,8 +107,18 @@ def test_changing_replicas_changes_only_configmap_name_and_values() -> None:
     assert after.one(RELEASE).plain_inputs["values"]["devicePlugin"]["config"]["name"] == new_name
 
 
-def test_operator_can_be_disabled() -> None:
+def without_operator() -> dict[str, Any]:
     raw = base_spec()
     raw["gpuOperator"]["enabled"] = False
-    rec = plan_stack(raw)
+    for worker in raw["workers"]:  # time-slicing and MIG are refused without the operator
+        worker["sharing"] = "none"
+        for key in ("mig", "timeSlicing"):
+            worker.pop(key, None)
+        worker["gpus"] = [g["ref"] if isinstance(g, dict) else g for g in worker["gpus"]]
+    raw["quotas"] = []
+    return raw
+
+
+def test_operator_can_be_disabled() -> None:
+    rec = plan_stack(without_operator())
     assert rec.of_type(RELEASE) == [] and rec.of_type(NODE_PATCH) == []

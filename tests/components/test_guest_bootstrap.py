@@ -13,6 +13,7 @@ import pulumi
 import pulumi_command as command
 import pytest
 
+from components.errors import SpecError
 from components.guest_bootstrap import GuestBootstrap
 from components.guest_scripts import driver_args, verify_args
 from components.guest_spec import GuestBootstrapSpec, bootstrap_spec
@@ -159,13 +160,14 @@ def test_driver_version_bump_updates_only_the_driver_step_its_wait_and_the_gate(
     assert after.named("ts-1-bootstrap-driver").urn in wait.property_dependencies["environment"]
 
 
-def test_driver_is_only_purged_when_the_spec_asks() -> None:
+def test_worker_vms_never_purge_their_driver() -> None:
+    # A worker VM's driver goes with the VM; a purge would only race the node's drain when the VM is replaced.
     rec = plan_stack(base_spec())
-    assert "delete" not in steps(rec, "ts-1")["driver"].inputs
+    assert all("delete" not in steps(rec, w)["driver"].inputs for w in ("mig-1", "mig-2", "ts-1"))
     raw = base_spec()
     raw["guest"]["purgeDriverOnDestroy"] = True
-    rec = plan_stack(raw)
-    assert steps(rec, "ts-1")["driver"].plain_inputs["delete"].endswith(" --purge")
+    with pytest.raises(SpecError, match=r"cluster\.guest\.purgeDriverOnDestroy: unknown key"):
+        load_spec(raw)
 
 
 def test_join_method_none_skips_the_join_step_and_its_secrets() -> None:
@@ -260,6 +262,22 @@ def test_standalone_use_on_any_host_keeps_plain_secrets_secret() -> None:
     assert "abcdef.0123456789abcdef" not in json.dumps(redact(join.inputs))
     assert join.plain_inputs["create"].startswith("bash -s -- --node-name bare-metal-1")  # root: no sudo
     assert rec.named("bm1-driver-wait").plain_inputs["environment"]["PGC_HOST"] == "10.0.0.21"
+
+
+@pytest.mark.parametrize("purge", [False, True])
+def test_a_standalone_host_purges_its_driver_only_when_asked(purge: bool) -> None:
+    spec = STANDALONE.model_copy(update={"purge_driver_on_destroy": purge})
+
+    def program() -> None:
+        GuestBootstrap(
+            "bm1", spec, provider=command.Provider("cmd"), host="h", user="root", ssh_private_key="k",
+            join_token="abcdef.0123456789abcdef", ca_cert_hash="sha256:" + "0" * 64,
+        )  # fmt: skip
+
+    driver = run(program).named("bm1-driver")
+    assert ("delete" in driver.inputs) is purge
+    if purge:
+        assert driver.plain_inputs["delete"].endswith(" --purge")
 
 
 def test_kubeadm_without_join_secrets_is_a_programming_error() -> None:

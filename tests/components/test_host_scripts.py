@@ -18,7 +18,7 @@ def test_remote_command_quotes_and_uses_sudo_for_non_root() -> None:
 
 def test_args_follow_the_spec() -> None:
     raw = base_spec()
-    raw["proxmox"]["nodes"][0]["acsOverride"] = True
+    raw["proxmox"]["nodes"][0].update(acsOverride=True, hostPrep=True)
     spec = load_spec(raw)
     node = spec.node("pve1")
     assert kernel_args(node) == ["amd_iommu=on", "iommu=pt", "pcie_acs_override=downstream,multifunction"]

@@ -146,7 +146,7 @@ BAD: list[tuple[str, Callable[[Spec], None], str, str]] = [
     ("bad ip", setting(w(2), network={"ipv4": "192.0.2.300/24"}), f"{C}.workers[2].network.ipv4", "expected 'dhcp'"),
     ("ip without prefix", setting(w(2), network={"ipv4": "192.0.2.30"}), f"{C}.workers[2].network.ipv4", "prefix length"),
     ("gateway outside subnet", setting(w(2), network={"ipv4": "192.0.2.30/24", "gateway": "10.0.0.1"}),
-     f"{C}.workers[2].network", "outside 192.0.2.0/24"),
+     f"{C}.workers[2].network.gateway", "10.0.0.1 is outside 192.0.2.0/24"),
     ("image with two sources", setting(w(0), image={"cloudImageUrl": "https://x.test/a.img", "templateVmid": 9000}),
      f"{C}.workers[0].image", "exactly one of"),
     ("memory too small", setting(w(0), memoryMiB=512), f"{C}.workers[0].memoryMiB", "greater than or equal to 2048"),
@@ -176,7 +176,7 @@ BAD: list[tuple[str, Callable[[Spec], None], str, str]] = [
     ("two console gpus", setting(gpu(0, 3 - 1), console=True), f"{C}.proxmox.nodes[0].gpus", "at most one GPU can be the console"),
     ("bad cpu vendor", setting(node(0), cpuVendor="arm"), f"{C}.proxmox.nodes[0].cpuVendor", "'intel' or 'amd'"),
     ("bad boot loader", setting(node(0), bootLoader="lilo"), f"{C}.proxmox.nodes[0].bootLoader", "'grub', 'systemd-boot' or 'auto'"),
-    ("bad endpoint", lambda s: s["proxmox"].update(endpoint="pve1:8006"), f"{C}.proxmox.endpoint", "should match pattern"),
+    ("bad endpoint", lambda s: s["proxmox"].update(endpoint="pve1:8006"), f"{C}.proxmox.endpoint", "expected an http:// or https:// URL"),
     ("bad auth mode", lambda s: s["proxmox"].update(authMode="ticket"), f"{C}.proxmox.authMode", "'token' or 'password'"),
     ("no nodes", lambda s: s["proxmox"].update(nodes=[]), f"{C}.proxmox.nodes", "at least 1 item"),
     # Kubernetes and operator
@@ -196,7 +196,7 @@ BAD: list[tuple[str, Callable[[Spec], None], str, str]] = [
      f"{C}.quotas[0].resources.nvidia.com/gpu", "greater than or equal to 0"),
     # guest
     ("DSA public key", lambda s: s["guest"].update(sshPublicKeys=["ssh-dss AAAAB3NzaC1kc3M= old"]),
-     f"{C}.guest.sshPublicKeys[0]", "should match pattern"),
+     f"{C}.guest.sshPublicKeys[0]", "unknown key type 'ssh-dss'"),
     ("no public key", lambda s: s["guest"].update(sshPublicKeys=[]), f"{C}.guest.sshPublicKeys", "at least 1 item"),
     # monitoring, smoke test, DRA
     ("alerts without their metrics", lambda s: s["gpuOperator"].update(monitoring={"prometheus": True, "metrics": ["DCGM_FI_DEV_GPU_UTIL"]}),
