@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-import posixpath
-import re
-from urllib.parse import urlparse
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_proxmoxve as proxmoxve
 
 from components.cloud_init import vendor_data
-from components.spec import ClusterSpec
-
-SNIPPET_NAME = "proxmox-gpu-cluster-vendor-data.yaml"
-
-
-def image_file_name(url: str) -> str:
-    """The stored file name: the URL's, with an ``.img`` extension (PVE < 8.4 refuses .qcow2/.raw as iso)."""
-    base = posixpath.basename(urlparse(url).path)
-    return re.sub(r"\.(qcow2|raw)$", ".img", base)
+from components.names import StackScope
+from components.outputs import current_scope
+from components.sharing import short_hash
+from components.spec import Image, ProxmoxNode
 
 
 class WorkerBootFiles(pulumi.ComponentResource):
     """Per node: one download per distinct cloud image its workers use, and the cloud-init vendor-data snippet.
 
-    The snippet is uploaded over SSH by the provider (the API cannot write snippets); the datastore must have
-    the ``snippets`` content type enabled.
+    Both live on shared datastores, so their file names are scoped to the project and stack
+    (``components.names``): two stacks on one node never overwrite or delete each other's files, and two URLs
+    with the same basename never share one. A file of exactly that name that is already there can only be a
+    leftover of this stack (an interrupted run, a state edit): it is replaced by a fresh download
+    (``overwrite_unmanaged``) instead of failing with "already exists".
+
+    The snippet is uploaded over SSH by the provider (the API cannot write snippets); the datastore must have the
+    ``snippets`` content type enabled. A VM's cloud-init drive references the snippet whenever the VM starts, so
+    its name never changes and a new vendor-data text replaces it in place (delete first: same name). VMs ignore
+    changes to it (``GpuWorkerVm``): vendor data only matters on a VM's first boot.
     """
 
     vendor_data_file_id: pulumi.Output[str]
@@ -36,14 +37,17 @@ class WorkerBootFiles(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        spec: ClusterSpec,
-        node_name: str,
+        node: ProxmoxNode,
+        images: Sequence[Image],
         *,
         provider: proxmoxve.Provider,
+        scope: StackScope | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``images``: the boot images of the node's workers (template clones and repeats are skipped).
+        ``scope``: the project and stack the file names belong to (default: this program's)."""
         super().__init__("proxmox-gpu-cluster:boot_files:WorkerBootFiles", name, None, opts)
-        node = spec.node(node_name)
+        scope = scope or current_scope()
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         snippet = proxmoxve.FileLegacy(
             f"{name}-vendor-data",
@@ -51,32 +55,35 @@ class WorkerBootFiles(pulumi.ComponentResource):
                 node_name=node.name,
                 datastore_id=node.snippet_datastore,
                 content_type="snippets",
-                source_raw=proxmoxve.FileLegacySourceRawArgs(data=vendor_data(), file_name=SNIPPET_NAME),
+                source_raw=proxmoxve.FileLegacySourceRawArgs(
+                    data=vendor_data(), file_name=scope.snippet_file_name(node.name)
+                ),
             ),
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(delete_before_replace=True)),
         )
-        images: dict[str, pulumi.Output[str]] = {}
-        for worker in spec.workers:
-            image = worker.image
+        ids: dict[str, pulumi.Output[str]] = {}
+        for image in images:
             url = image.cloud_image_url
-            if worker.node != node.name or url is None or url in images:
+            if url is None or url in ids:
                 continue
             download = proxmoxve.download.File(
-                f"{name}-image-{len(images)}",
+                # By URL, not by position: adding a worker with another image renames nothing.
+                f"{name}-image-{short_hash(url, 8)}",
                 proxmoxve.download.FileArgs(
                     node_name=node.name,
                     datastore_id=image.datastore,
                     content_type="iso",
                     url=url,
-                    file_name=image_file_name(url),
+                    file_name=scope.image_file_name(node.name, image.datastore, url),
                     checksum=image.checksum,
                     checksum_algorithm="sha256" if image.checksum else None,
                     # A new upstream build of the same URL must not replace the disks cloned from it.
                     overwrite=False,
+                    overwrite_unmanaged=True,
                 ),
                 opts=child,
             )
-            images[url] = download.id
+            ids[url] = download.id
         self.vendor_data_file_id = snippet.id
-        self.image_file_ids = pulumi.Output.all(**images) if images else pulumi.Output.from_input({})
+        self.image_file_ids = pulumi.Output.all(**ids) if ids else pulumi.Output.from_input({})
         self.register_outputs({"vendorDataFileId": self.vendor_data_file_id, "imageFileIds": self.image_file_ids})

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pulumi
 import pulumi_command as command
 
-from components.host_scripts import REBOOT_SCHEDULED, parse_groups, prep_args, remote_command, script, verify_args
-from components.spec import ClusterSpec
+from components.host_scripts import (
+    REBOOT_REQUIRED,
+    REBOOT_SCHEDULED,
+    parse_groups,
+    prep_args,
+    remote_command,
+    script,
+    verify_args,
+)
+from components.spec import ProxmoxNode
 from components.ssh import connection as ssh_connection
 from components.ssh import reboot_wait_args
 
@@ -14,8 +22,10 @@ from components.ssh import reboot_wait_args
 class ProxmoxHostGpuPrep(pulumi.ComponentResource):
     """Three steps over SSH, each waiting for the previous one:
 
-    1. ``prep``: host_prep.sh writes kernel arguments, vfio modules, blacklist and vfio-pci ids, rebuilds the
-       initramfs and schedules a reboot only when something changed (or the running kernel lacks the args).
+    1. ``prep``: host_prep.sh writes kernel arguments, vfio modules, blacklist and vfio-pci ids for the GPUs the
+       node declares, rebuilds the initramfs, binds newly declared GPUs to vfio-pci at runtime, and reboots only
+       when the running kernel lacks an argument, and then only as ``rebootPolicy`` allows (``when-idle``: no VM
+       or container running; otherwise the step fails naming them).
     2. ``wait``: where ``pulumi up`` runs, waits for the node to go down and answer again (bounded), if and only
        if step 1 scheduled a reboot.
     3. ``verify``: host_verify.sh checks IOMMU, interrupt remapping, vfio-pci binding and IOMMU-group isolation
@@ -26,28 +36,31 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
 
     reboot: pulumi.Output[bool]
     """Whether this run rebooted the node."""
+    reboot_required: pulumi.Output[bool]
+    """Whether the node still needs a reboot that ``rebootPolicy: never`` left to you."""
     groups: pulumi.Output[dict[str, int]]
     """PCI path -> IOMMU group, as verified on the host."""
 
     def __init__(
         self,
         name: str,
-        spec: ClusterSpec,
-        node_name: str,
+        node: ProxmoxNode,
         *,
+        ssh_user: str,
         provider: command.Provider,
         ssh_private_key: pulumi.Input[str],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``node``: the Proxmox node as the spec describes it; nothing else feeds host prep, so no change to the
+        workers can change (and so re-run or reboot) it. ``ssh_user``: root, or a user with passwordless sudo."""
         super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
-        node = spec.node(node_name)
-        user = spec.proxmox.ssh_user
+        user = ssh_user
         connection = ssh_connection(node.ssh_address, user, ssh_private_key)
         prep = command.remote.Command(
             f"{name}-prep",
             command.remote.CommandArgs(
                 connection=connection,
-                create=remote_command(user, prep_args(spec, node)),
+                create=remote_command(user, prep_args(node)),
                 stdin=script("host_prep.sh"),
             ),
             opts=pulumi.ResourceOptions(parent=self, provider=provider),
@@ -62,12 +75,13 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
             f"{name}-verify",
             command.remote.CommandArgs(
                 connection=connection,
-                create=remote_command(user, verify_args(spec, node)),
+                create=remote_command(user, verify_args(node)),
                 stdin=script("host_verify.sh"),
                 triggers=[prep.stdout],
             ),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[wait]),
         )
         self.reboot = prep.stdout.apply(lambda out: REBOOT_SCHEDULED in out)
+        self.reboot_required = prep.stdout.apply(lambda out: REBOOT_REQUIRED in out)
         self.groups = verify.stdout.apply(parse_groups)
-        self.register_outputs({"reboot": self.reboot, "groups": self.groups})
+        self.register_outputs({"reboot": self.reboot, "rebootRequired": self.reboot_required, "groups": self.groups})

@@ -11,12 +11,13 @@ import re
 import shlex
 from importlib import resources
 
-from components.iommu import passthrough_gpus
-from components.spec import ClusterSpec, ProxmoxNode
+from components.spec import ProxmoxNode
 
 VERIFY_LINE = re.compile(r"^group (\S+) (\d+)$")
 REBOOT_SCHEDULED = "reboot: scheduled"
 """What host_prep.sh and guest_driver.sh print when they scheduled a reboot (wait_for_reboot.py looks for it)."""
+REBOOT_REQUIRED = "reboot: required"
+"""What host_prep.sh prints when the node needs a reboot that its ``rebootPolicy: never`` leaves to the operator."""
 
 
 def script(name: str) -> str:
@@ -38,25 +39,33 @@ def kernel_args(node: ProxmoxNode) -> list[str]:
     return args
 
 
-def prep_args(spec: ClusterSpec, node: ProxmoxNode) -> list[str]:
-    """Arguments of host_prep.sh for ``node``."""
+def prep_args(node: ProxmoxNode) -> list[str]:
+    """Arguments of host_prep.sh: from the node's own description only (its declared GPUs, kernel options, reboot
+    policy), never from which workers claim its GPUs, so adding or removing a worker never changes host prep."""
     args = ["--cpu-vendor", node.cpu_vendor, "--boot-loader", node.boot_loader]
-    args += ["--acs-override", "1" if node.acs_override else "0"]
-    for _, gpu in passthrough_gpus(spec, node.name):
+    args += ["--acs-override", "1" if node.acs_override else "0", "--reboot-policy", node.reboot_policy]
+    for _, gpu in node.passthrough_gpus:
         args += ["--gpu", f"{gpu.pci_path}={gpu.vendor_device}"]
     return args
 
 
-def verify_args(spec: ClusterSpec, node: ProxmoxNode) -> list[str]:
-    """Arguments of host_verify.sh for ``node``."""
+def verify_args(node: ProxmoxNode) -> list[str]:
+    """Arguments of host_verify.sh, from the node's own description only (see ``prep_args``)."""
     args: list[str] = []
     for arg in kernel_args(node):
         args += ["--kernel-arg", arg]
-    for _, gpu in passthrough_gpus(spec, node.name):
+    for _, gpu in node.passthrough_gpus:
         args += ["--gpu", gpu.pci_path]
-    if any(w.node == node.name and w.workload != "container" for w in spec.workers):
-        args += ["--nested", "1"]  # a KubeVirt worker VM runs VMs itself
+    if node.nested_virtualization:
+        args += ["--nested", "1"]  # KubeVirt worker VMs on this node run VMs themselves
     return args
+
+
+def retire_args(vmid: int, node_name: str, timeout: int, guest_args: list[str], *, check: bool) -> list[str]:
+    """Arguments of retire_vm.sh: which VM, the node it joined as, the drain timeout, then the guest's arguments.
+    ``check``: only prove that the guest agent answers (the create step)."""
+    args = ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout)]
+    return [*args, "--check", "1" if check else "0", "--", *guest_args]
 
 
 def parse_groups(stdout: str) -> dict[str, int]:

@@ -5,8 +5,9 @@ included). A GPU can only be passed through safely when its IOMMU group holds no
 functions and PCI bridges; anything else in the group would be handed to the VM too, or block the start.
 
 When the host has no IOMMU enabled yet, every group is reported as -1 (the first run, before host prep has
-rebooted the node): then the check is deferred to host prep's verify step, which performs it from
-/sys/kernel/iommu_groups after the reboot.
+rebooted the node), or when the node asks for the ACS override (which changes the groups at the next boot): then
+the check is deferred to host prep's verify step, which performs it from /sys/kernel/iommu_groups after the
+reboot.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Literal
 
 from components.catalog import CATALOG
 from components.errors import Problem
-from components.spec import ClusterSpec, HostGpu
+from components.spec import ClusterSpec
 
 BRIDGE_CLASS = "0604"
 """PCI class 06 (bridge), subclass 04 (PCI-to-PCI): root ports and switches may share a GPU's group."""
@@ -96,26 +97,27 @@ class NodePreflight:
     gpus: list[GpuPlacement] = field(default_factory=list)
 
 
-def passthrough_gpus(spec: ClusterSpec, node: str) -> list[tuple[int, HostGpu]]:
-    """(index in the node's ``gpus``, GPU) for every GPU of ``node`` that a worker claims."""
-    claimed = {c.ref for w in spec.workers if w.node == node for c in w.gpus}
-    return [(i, g) for i, g in enumerate(spec.node(node).gpus) if g.name in claimed and not g.console]
-
-
 def _describe(d: PciDevice) -> str:
     return f"{d.address} ({d.name or d.vendor_device})"
 
 
 def preflight(spec: ClusterSpec, node: str, devices: list[PciDevice]) -> NodePreflight:
-    """Check the node's passthrough GPUs against its PCI device list."""
+    """Check the node's passthrough GPUs (every declared GPU but the console one) against its PCI device list.
+
+    With ``acsOverride`` the groups the host reports now are not the groups the GPUs will have once host prep has
+    rebooted it with the override, so the isolation check (and the groups the mappings record) moves to host
+    prep's verify step, as when the IOMMU is still off.
+    """
     node_index = next(i for i, n in enumerate(spec.proxmox.nodes) if n.name == node)
+    spec_node = spec.proxmox.nodes[node_index]
     by_slot: dict[str, list[PciDevice]] = {}
     for d in devices:
         by_slot.setdefault(d.slot, []).append(d)
     problems: list[Problem] = []
     placements: list[GpuPlacement] = []
-    gpus = passthrough_gpus(spec, node)
-    deferred = any(d.iommu_group < 0 for _, g in gpus for d in by_slot.get(g.pci_path, []))
+    gpus = spec_node.passthrough_gpus
+    iommu_off = any(d.iommu_group < 0 for _, g in gpus for d in by_slot.get(g.pci_path, []))
+    deferred = iommu_off or spec_node.acs_override
     for i, gpu in gpus:
         at = f"proxmox.nodes[{node_index}].gpus[{i}]"
         functions = sorted(by_slot.get(gpu.pci_path, []), key=lambda d: d.address)

@@ -14,9 +14,10 @@ import pulumi
 import pulumi_proxmoxve as proxmoxve
 
 from components.errors import Problem, SpecError
-from components.iommu import NodePreflight, PciDevice, passthrough_gpus, pci_device, preflight
-from components.outputs import item
-from components.spec import ClusterSpec
+from components.iommu import NodePreflight, PciDevice, pci_device, preflight
+from components.names import StackScope
+from components.outputs import current_scope, item
+from components.spec import ClusterSpec, ProxmoxNode
 
 
 class IommuPreflightError(pulumi.RunError):
@@ -49,7 +50,7 @@ def run_preflight(spec: ClusterSpec, provider: proxmoxve.Provider) -> dict[str, 
     results: dict[str, NodePreflight] = {}
     problems: list[Problem] = []
     for i, node in enumerate(spec.proxmox.nodes):
-        if not passthrough_gpus(spec, node.name):
+        if not node.passthrough_gpus:
             continue
         result = preflight(spec, node.name, read_pci_devices(node.name, provider))
         problems += result.problems
@@ -68,7 +69,13 @@ def run_preflight(spec: ClusterSpec, provider: proxmoxve.Provider) -> dict[str, 
 
 
 class GpuPciMappings(pulumi.ComponentResource):
-    """A ``proxmoxve.hardware.mapping.Pci`` per passthrough GPU of one node."""
+    """A ``proxmoxve.hardware.mapping.Pci`` per passthrough GPU of one node: every GPU the node declares except the
+    console GPU, claimed by a worker or not, so adding or removing workers never adds or removes mappings.
+
+    Children are named ``<name>-<pci path>`` (``pve1-pci-0000:41:00``), not by GPU name: node and GPU names may both
+    contain dashes, so ``<node>-pci-<gpu>`` gave node ``a`` + GPU ``pci-b`` and node ``a-pci`` + GPU ``b`` one URN;
+    a PCI path has a fixed shape without dashes.
+    """
 
     mappings: pulumi.Output[dict[str, str]]
     """GPU name -> mapping name."""
@@ -76,34 +83,36 @@ class GpuPciMappings(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        spec: ClusterSpec,
+        node: ProxmoxNode,
         result: NodePreflight,
         *,
         provider: proxmoxve.Provider,
+        scope: StackScope | None = None,
         verified_groups: pulumi.Input[Mapping[str, int]] | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """``verified_groups``: PCI path -> group from host prep's verify step, used when the preflight found
-        no groups (IOMMU not yet on)."""
+        """``result``: the node's IOMMU preflight. ``scope``: the project and stack the mapping ids belong to
+        (default: this program's). ``verified_groups``: PCI path -> group from host prep's verify step, used when
+        the preflight deferred the isolation check (IOMMU not yet on, or the ACS override requested)."""
         super().__init__("proxmox-gpu-cluster:pci_mapping:GpuPciMappings", name, None, opts)
-        gpus = {g.name: g for _, g in passthrough_gpus(spec, result.node)}
+        scope = scope or current_scope()
+        gpus = {g.name: g for _, g in node.passthrough_gpus}
         names: dict[str, pulumi.Output[str]] = {}
         for placement in result.gpus:
             gpu = gpus[placement.gpu]
             group: pulumi.Input[int] | None = placement.iommu_group
             if group is None and verified_groups is not None:
                 group = item(verified_groups, placement.slot)
-            mapping_name = mapping_id(result.node, gpu.name)
             mapping = proxmoxve.hardware.mapping.Pci(
-                f"{name}-{gpu.name}",
+                f"{name}-{gpu.pci_path}",
                 proxmoxve.hardware.mapping.PciArgs(
-                    name=mapping_name,
-                    comment=f"proxmox-gpu-cluster: {gpu.model} {result.node}/{gpu.name}",
+                    name=scope.mapping_id(node.name, gpu.name),
+                    comment=f"proxmox-gpu-cluster {scope.project}/{scope.stack}: {gpu.model} {node.name}/{gpu.name}",
                     maps=[
                         proxmoxve.hardware.mapping.PciMapArgs(
                             id=gpu.vendor_device,
-                            node=result.node,
+                            node=node.name,
                             # No function: every function of the card passes through together.
                             path=gpu.pci_path,
                             iommu_group=group,
@@ -116,8 +125,3 @@ class GpuPciMappings(pulumi.ComponentResource):
             names[gpu.name] = mapping.name
         self.mappings = pulumi.Output.all(**names) if names else pulumi.Output.from_input({})
         self.register_outputs({"mappings": self.mappings})
-
-
-def mapping_id(node: str, gpu: str) -> str:
-    """The datacenter mapping name of a GPU (Proxmox ids start with a letter)."""
-    return f"gpu-{node}-{gpu}"

@@ -203,6 +203,14 @@ def _timeouts(request: Any) -> dict[str, str]:
     return {k: v for k, v in (("create", t.create), ("update", t.update), ("delete", t.delete)) if v}
 
 
+class DuplicateUrnError(Exception):
+    """Two resources registered the same URN (same type chain and name); the engine refuses that too."""
+
+    def __init__(self, urn: str) -> None:
+        self.urn = urn
+        super().__init__(f"Duplicate resource URN '{urn}'; try giving it a unique name")
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks that echo inputs as outputs, with hooks to add provider-computed outputs and invoke results.
 
@@ -242,6 +250,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        if any(r.urn == response.urn for r in self.recording.resources):
+            # What the engine answers (pkg/engine: TestDuplicateURN); the mock monitor alone would accept it.
+            raise DuplicateUrnError(response.urn)
         state = self.resources.get(response.urn)
         self.recording.resources.append(
             RecordedResource(

@@ -17,6 +17,9 @@ from components.ssh import connection as ssh_connection
 MMIO_MB = 65536
 """64-bit MMIO window for large-BAR GPUs (OVMF's default is too small for an A100/H100 BAR1)."""
 LARGE_BAR_ARGS = f"-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string={MMIO_MB}"
+BOOT_INPUTS = ("disks[*].fileId", "clone", "initialization.vendorDataFileId")
+"""VM inputs that only matter at creation and that the provider would replace the VM for (they are ForceNew in
+bpg/terraform-provider-proxmox): a new image or snippet name applies to new VMs only."""
 
 
 def needs_large_bar(spec: ClusterSpec, worker: Worker) -> bool:
@@ -39,6 +42,14 @@ def vm_tags(spec: ClusterSpec, worker: Worker) -> list[str]:
 
 class GpuWorkerVm(pulumi.ComponentResource):
     """A ``proxmoxve.VmLegacy`` (q35, OVMF without pre-enrolled keys, cpu host, no ballooning, GPUs by mapping).
+
+    Day 2: a worker VM has a fixed vmid and holds its GPUs exclusively, so a new VM cannot exist beside the old
+    one: it is replaced delete-first (``delete_before_replace``), and whatever must start over on a fresh machine
+    lists ``vm`` in ``replace_with``. Its boot inputs (cloud image, template, vendor data) only matter when it is
+    created, so changing them never replaces a running worker (``ignore_changes``; rebuild one with ``pulumi up
+    --replace``). The provider never restarts it (``reboot_after_update: false``): a change that needs a restart
+    (cores, memory, GPUs, cloud-init settings) stays pending in the VM's config until its node is drained and the
+    VM restarted, and the provider warns; one that needs the VM stopped fails instead.
 
     cpu host also passes the host's virtualization extensions through, which a KubeVirt worker needs for its own
     VMs (nested virtualization must be enabled in the Proxmox node's kvm module, the default on current kernels;
@@ -99,7 +110,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
         image = worker.image
         # Mapped hostpci entries come back from the API with a computed `id` the spec never sets, which shows
         # as a change on every preview (bpg/terraform-provider-proxmox#517); mapping changes still apply.
-        ignore = ["hostpcis[*].id"]
+        ignore = ["hostpcis[*].id", *BOOT_INPUTS]
         if large_bar and not password_mode:
             # Set on the host with `qm set --args` (root-only in the API); do not let the provider remove it.
             ignore.append("kvmArguments")
@@ -113,6 +124,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
                 tags=vm_tags(spec, worker),
                 on_boot=worker.on_boot,
                 started=True,
+                reboot_after_update=False,
                 machine=machine_type(worker),
                 bios="ovmf",
                 # 4m OVMF vars; no pre-enrolled keys, so Secure Boot is off and the unsigned NVIDIA module loads.
@@ -160,6 +172,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
                 provider=provider,
                 protect=worker.protect,
                 ignore_changes=ignore,
+                delete_before_replace=True,
                 depends_on=list(depends_on),
             ),
         )
@@ -182,7 +195,8 @@ class GpuWorkerVm(pulumi.ComponentResource):
                     create=remote_command(user, [str(worker.vmid), str(MMIO_MB)]),
                     stdin=script("large_bar.sh"),
                 ),
-                opts=pulumi.ResourceOptions(parent=self, provider=host_command, depends_on=[vm]),
+                # A replaced VM starts without the args: set them again on the new one.
+                opts=pulumi.ResourceOptions(parent=self, provider=host_command, depends_on=[vm], replace_with=[vm]),
             )
             # large_bar.sh restarts a running VM: the address is only worth connecting to after that.
             address = pulumi.Output.all(address, restart.stdout).apply(lambda values: str(values[0]))

@@ -10,7 +10,7 @@ import pulumi_proxmoxve as proxmoxve
 
 from components.boot_files import WorkerBootFiles
 from components.host_gpu_prep import ProxmoxHostGpuPrep
-from components.iommu import NodePreflight, passthrough_gpus
+from components.iommu import NodePreflight
 from components.outputs import item
 from components.pci_mapping import GpuPciMappings, run_preflight
 from components.spec import ClusterSpec
@@ -25,6 +25,8 @@ class ProxmoxLayer:
     """Worker name -> its VM."""
     iommu_checks: dict[str, str]
     """Node -> which IOMMU isolation check applies: ``plan`` (preflight, now) or ``host-verify`` (after prep)."""
+    host_preps: dict[str, ProxmoxHostGpuPrep]
+    """Node -> its host prep (nodes with ``hostPrep``)."""
 
 
 def build_proxmox(
@@ -35,29 +37,40 @@ def build_proxmox(
     ssh_private_key: pulumi.Input[str],
 ) -> ProxmoxLayer:
     """Preflight every node first (an error stops the program before anything registers past the providers),
-    then per node: host prep (opt-in) -> PCI mappings -> boot files -> the node's worker VMs."""
+    then per node: host prep (opt-in) -> PCI mappings -> boot files -> the node's worker VMs.
+
+    Host prep and the mappings follow the GPUs a node declares, not the workers that claim them: adding, removing
+    or moving a worker changes nothing on the host.
+    """
     preflights: dict[str, NodePreflight] = run_preflight(spec, proxmox)
     vms: dict[str, GpuWorkerVm] = {}
+    preps: dict[str, ProxmoxHostGpuPrep] = {}
     for node in spec.proxmox.nodes:
-        workers = [w for w in spec.workers if w.node == node.name]
-        if not workers or not passthrough_gpus(spec, node.name):
+        if not node.passthrough_gpus:
             continue
         result = preflights[node.name]
         prep = None
         if node.host_prep:
-            prep = ProxmoxHostGpuPrep(
-                f"{node.name}-host-prep", spec, node.name, provider=host_command, ssh_private_key=ssh_private_key
+            prep = preps[node.name] = ProxmoxHostGpuPrep(
+                f"{node.name}-host-prep",
+                node,
+                ssh_user=spec.proxmox.ssh_user,
+                provider=host_command,
+                ssh_private_key=ssh_private_key,
             )
         after_prep: list[pulumi.Resource] = [prep] if prep is not None else []
         mappings = GpuPciMappings(
             f"{node.name}-pci",
-            spec,
+            node,
             result,
             provider=proxmox,
             verified_groups=prep.groups if prep is not None and result.check == "host-verify" else None,
             depends_on=after_prep,
         )
-        files = WorkerBootFiles(f"{node.name}-boot-files", spec, node.name, provider=proxmox)
+        workers = [w for w in spec.workers if w.node == node.name]
+        if not workers:
+            continue
+        files = WorkerBootFiles(f"{node.name}-boot-files", node, [w.image for w in workers], provider=proxmox)
         for worker in workers:
             url = worker.image.cloud_image_url
             vms[worker.name] = GpuWorkerVm(
@@ -72,4 +85,4 @@ def build_proxmox(
                 ssh_private_key=ssh_private_key,
                 depends_on=[mappings, *after_prep],
             )
-    return ProxmoxLayer(vms=vms, iommu_checks={n: r.check for n, r in preflights.items()})
+    return ProxmoxLayer(vms=vms, iommu_checks={n: r.check for n, r in preflights.items()}, host_preps=preps)

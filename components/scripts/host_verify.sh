@@ -40,7 +40,15 @@ kernel_log() {
 
 running="$(cat "$ROOT/proc/cmdline")"
 for arg in "${kernel_args[@]}"; do
-  [[ " $running " == *" $arg "* ]] || fail kernel-args "$arg in /proc/cmdline" "$running"
+  if [[ " $running " != *" $arg "* ]]; then
+    pending=""
+    # host_prep.sh leaves this marker (in /run: a reboot clears it) when it could not or may not reboot.
+    if [[ -s "$ROOT/run/proxmox-gpu-cluster/reboot-required" ]]; then
+      pending="; host prep is waiting for a reboot ($(head -n 1 "$ROOT/run/proxmox-gpu-cluster/reboot-required")):"
+      pending+=" reboot the node, then run pulumi up again"
+    fi
+    fail kernel-args "$arg in /proc/cmdline" "$running$pending"
+  fi
 done
 
 log="$(kernel_log)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import yaml
 
-from components.boot_files import image_file_name
 from components.cloud_init import NOUVEAU_BLACKLIST, vendor_data
 
 
@@ -25,10 +24,3 @@ def test_blacklists_nouveau_and_installs_the_agent() -> None:
     assert "update-initramfs -u" in commands
     assert "systemctl enable --now qemu-guest-agent" in commands
     assert not any("reboot" in c for c in commands)
-
-
-def test_image_file_names() -> None:
-    assert image_file_name("https://cloud-images.ubuntu.com/jammy/current/jammy-server-cloudimg-amd64.img") == (
-        "jammy-server-cloudimg-amd64.img"
-    )
-    assert image_file_name("https://example.test/images/noble.qcow2") == "noble.img"

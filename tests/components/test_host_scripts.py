@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shlex
 
-from components.host_scripts import kernel_args, parse_groups, prep_args, remote_command, verify_args
+from components.host_scripts import kernel_args, parse_groups, prep_args, remote_command, retire_args, verify_args
 from components.spec import load_spec
-from tests.support import base_spec, make_vm_worker
+from tests.support import base_spec
 
 
 def test_remote_command_quotes_and_uses_sudo_for_non_root() -> None:
@@ -16,19 +16,27 @@ def test_remote_command_quotes_and_uses_sudo_for_non_root() -> None:
     assert shlex.split(remote_command("root", args))[3:] == args
 
 
-def test_args_follow_the_spec() -> None:
+def test_args_follow_the_node_only() -> None:
     raw = base_spec()
-    raw["proxmox"]["nodes"][0].update(acsOverride=True, hostPrep=True)
-    spec = load_spec(raw)
-    node = spec.node("pve1")
+    raw["proxmox"]["nodes"][0].update(acsOverride=True, hostPrep=True, rebootPolicy="never")
+    node = load_spec(raw).node("pve1")
     assert kernel_args(node) == ["amd_iommu=on", "iommu=pt", "pcie_acs_override=downstream,multifunction"]
-    # only claimed GPUs: a10-0 on pve1 is unclaimed, the console T4 is never passed through
-    assert prep_args(spec, node)[-4:] == ["--gpu", "0000:41:00=10de:20f1", "--gpu", "0000:42:00=10de:20f1"]
-    assert verify_args(spec, node)[-4:] == ["--gpu", "0000:41:00", "--gpu", "0000:42:00"]
-    # Only a node hosting a KubeVirt worker VM is asked for nested virtualization.
-    kubevirt = load_spec(make_vm_worker(base_spec(), 2, "vm-passthrough"))
-    assert verify_args(kubevirt, kubevirt.node("pve2"))[-2:] == ["--nested", "1"]
-    assert "--nested" not in verify_args(kubevirt, kubevirt.node("pve1"))
+    # Every declared GPU but the console T4, claimed or not (a10-0 on pve1 has no worker).
+    gpus = ["--gpu", "0000:41:00=10de:20f1", "--gpu", "0000:42:00=10de:20f1", "--gpu", "0000:81:00=10de:2236"]
+    assert prep_args(node) == [
+        "--cpu-vendor", "amd", "--boot-loader", "auto", "--acs-override", "1", "--reboot-policy", "never", *gpus,
+    ]  # fmt: skip
+    assert verify_args(node)[-6:] == ["--gpu", "0000:41:00", "--gpu", "0000:42:00", "--gpu", "0000:81:00"]
+    assert "--nested" not in verify_args(node)
+    raw["proxmox"]["nodes"][0]["nestedVirtualization"] = True
+    assert verify_args(load_spec(raw).node("pve1"))[-2:] == ["--nested", "1"]
+
+
+def test_retire_args() -> None:
+    assert retire_args(3101, "gpu-a", 600, ["--node-name", "gpu-a"], check=True) == [
+        "--vmid", "3101", "--node-name", "gpu-a", "--timeout", "600", "--check", "1", "--", "--node-name", "gpu-a",
+    ]  # fmt: skip
+    assert retire_args(3101, "gpu-a", 600, [], check=False)[-3:] == ["--check", "0", "--"]
 
 
 def test_parse_groups() -> None:

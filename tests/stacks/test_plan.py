@@ -203,7 +203,7 @@ def test_pci_file_from_pvesh_feeds_the_preflight(tmp_path: Path, capsys: pytest.
         for r in plan_json["resources"]
         if r["type"] == "proxmoxve:hardware/mapping/pci:Pci"
     }
-    assert groups == {"pve1-pci-a10-0": 41, "pve1-pci-a100-0": 77}
+    assert groups == {"pve1-pci-0000:41:00": 41, "pve1-pci-0000:81:00": 77}
     shared = tmp_path / "shared.json"
     shared.write_text(json.dumps([*devices, pvesh_device("0000:42:00.0", "8086", "1533", "0x020000", 41, "I210")]))
     assert main(["dev", "--pci", f"pve1={shared}"]) == 2

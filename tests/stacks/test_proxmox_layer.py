@@ -7,11 +7,16 @@ from typing import Any
 import pulumi
 import pytest
 
+from components.names import StackScope
+from components.sharing import short_hash
 from components.spec import load_spec
 from components.testing import Recording, redact
 from components.testing_pci import spec_shaped_pci
 from tests.support import base_spec, make_vm_worker, plan_stack
 
+SCOPE = StackScope("proxmox-gpu-cluster", "test")
+"""The project and stack ``components.testing.run`` plans as."""
+DEFAULT_IMAGE = "https://cloud-images.ubuntu.com/jammy/current/jammy-server-cloudimg-amd64.img"
 VM = "proxmoxve:index/vmLegacy:VmLegacy"
 MAPPING = "proxmoxve:hardware/mapping/pci:Pci"
 REMOTE = "command:remote:Command"
@@ -32,8 +37,10 @@ def test_components_children_and_names() -> None:
         if r.type.startswith("proxmox-gpu-cluster:"):
             for child in rec.children(r):
                 assert child.name.startswith(f"{r.name}-"), (r.name, child.name)
-    assert {r.name for r in rec.of_type(MAPPING)} == {"pve1-pci-a100-0", "pve1-pci-a100-1", "pve2-pci-a10-0",
-                                                      "pve2-pci-a10-1"}  # fmt: skip
+    # One mapping per declared GPU but the console T4, whether a worker claims it (pve1's A10 is unclaimed).
+    assert {r.name for r in rec.of_type(MAPPING)} == {"pve1-pci-0000:41:00", "pve1-pci-0000:42:00",
+                                                      "pve1-pci-0000:81:00", "pve2-pci-0000:17:00",
+                                                      "pve2-pci-0000:18:00"}  # fmt: skip
     preps = rec.of_type("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep")
     assert sorted(p.name for p in preps) == ["pve1-host-prep", "pve2-host-prep"]
     proxmox = rec.one("pulumi:providers:proxmoxve").urn
@@ -53,15 +60,16 @@ def test_vm_inputs() -> None:
     assert i["cpu"]["type"] == "host"
     assert i["memory"] == {"dedicated": 32768, "floating": 0}
     assert i["agent"]["enabled"] is True
-    assert i["hostpcis"] == [{"device": "hostpci0", "mapping": "gpu-pve1-a100-0", "pcie": True, "rombar": True,
-                              "xvga": False}]  # fmt: skip
+    assert i["hostpcis"] == [{"device": "hostpci0", "mapping": SCOPE.mapping_id("pve1", "a100-0"), "pcie": True,
+                              "rombar": True, "xvga": False}]  # fmt: skip
     assert i["vmId"] == 2001 and i["nodeName"] == "pve1" and i["name"] == "mig-1" and i["onBoot"] is True
     assert "a100-pcie-40gb" in i["tags"] and "proxmox-gpu-cluster" in i["tags"]
     init = i["initialization"]
     assert init["userAccount"]["username"] == "ubuntu" and init["userAccount"]["keys"][0].startswith("ssh-ed25519")
     assert init["ipConfigs"] == [{"ipv4": {"address": "dhcp"}}]
     assert init["vendorDataFileId"] == "pve1-boot-files-vendor-data-id"
-    assert i["disks"][0]["fileId"] == "pve1-boot-files-image-0-id" and i["disks"][0]["size"] == 100
+    image = rec.named(f"pve1-boot-files-image-{short_hash(DEFAULT_IMAGE, 8)}")
+    assert i["disks"][0]["fileId"] == f"{image.name}-id" and i["disks"][0]["size"] == 100
     assert vm.protect is True and rec.named("mig-2-vm").protect is False
     assert "hostpcis[*].id" in vm.ignore_changes
     ts1 = rec.named("ts-1-vm").plain_inputs["initialization"]
@@ -71,8 +79,8 @@ def test_vm_inputs() -> None:
 
 def test_mapping_inputs_from_preflight() -> None:
     rec = plan_stack(prepped())
-    m = rec.named("pve2-pci-a10-1").plain_inputs
-    assert m["name"] == "gpu-pve2-a10-1"
+    m = rec.named("pve2-pci-0000:18:00").plain_inputs
+    assert m["name"] == SCOPE.mapping_id("pve2", "a10-1")
     (entry,) = m["maps"]
     assert entry == {"id": "10de:2236", "node": "pve2", "path": "0000:18:00", "iommuGroup": 21,
                      "subsystemId": "10de:1482"}  # fmt: skip
@@ -81,10 +89,10 @@ def test_mapping_inputs_from_preflight() -> None:
 def test_ordering() -> None:
     rec = plan_stack(prepped())
     vm = rec.named("mig-1-vm")
-    assert rec.depends_on(vm, rec.named("pve1-pci-a100-0"))
+    assert rec.depends_on(vm, rec.named("pve1-pci-0000:41:00"))
     assert rec.depends_on(vm, rec.named("pve1-host-prep-verify"))
     assert not rec.depends_on(vm, rec.named("pve2-host-prep-verify"))
-    assert rec.depends_on(rec.named("pve1-pci-a100-0"), rec.named("pve1-host-prep-verify"))
+    assert rec.depends_on(rec.named("pve1-pci-0000:41:00"), rec.named("pve1-host-prep-verify"))
     verify, wait, prep = (rec.named(f"pve1-host-prep-{s}") for s in ("verify", "wait", "prep"))
     assert rec.depends_on(verify, wait) and rec.depends_on(wait, prep)
 
@@ -99,7 +107,7 @@ def test_host_prep_commands_quote_arguments_and_carry_scripts_on_stdin() -> None
     rec = plan_stack(prepped())
     prep = rec.named("pve2-host-prep-prep").plain_inputs
     assert prep["create"] == ("bash -s -- --cpu-vendor intel --boot-loader auto --acs-override 0 "
-                              "--gpu 0000:17:00=10de:2236 --gpu 0000:18:00=10de:2236")  # fmt: skip
+                              "--reboot-policy when-idle --gpu 0000:17:00=10de:2236 --gpu 0000:18:00=10de:2236")  # fmt: skip
     assert prep["stdin"].startswith("#!/usr/bin/env bash")
     assert prep["connection"]["host"] == "192.0.2.12" and prep["connection"]["user"] == "root"
     verify = rec.named("pve2-host-prep-verify").plain_inputs
@@ -160,11 +168,11 @@ def test_unknown_groups_defer_to_host_verify() -> None:
     spec = load_spec(raw)
     rec = plan_stack(raw, {"pve1": spec_shaped_pci(spec, "pve1", iommu=False)})
     assert rec.outputs["iommuChecks"] == {"pve1": "host-verify", "pve2": "plan"}
-    mapping = rec.named("pve1-pci-a100-0")
+    mapping = rec.named("pve1-pci-0000:41:00")
     # the group comes from the verify step's output, so the mapping waits for it
     assert rec.depends_on(mapping, rec.named("pve1-host-prep-verify"))
     assert redact(mapping.inputs)["maps"][0]["iommuGroup"] == "[unknown]"  # known after the verify step runs
-    assert rec.named("pve2-pci-a10-0").plain_inputs["maps"][0]["iommuGroup"] == 20
+    assert rec.named("pve2-pci-0000:17:00").plain_inputs["maps"][0]["iommuGroup"] == 20
 
 
 def test_unknown_groups_without_host_prep_is_an_error() -> None:
@@ -215,7 +223,9 @@ def test_template_clone_instead_of_download() -> None:
     rec = plan_stack(raw)
     vm = rec.named("ts-1-vm").plain_inputs
     assert vm["clone"] == {"vmId": 9000, "full": True} and "fileId" not in vm["disks"][0]
-    assert [r.name for r in rec.of_type("proxmoxve:download/file:File")] == ["pve1-boot-files-image-0"]
+    assert [r.name for r in rec.of_type("proxmoxve:download/file:File")] == [
+        f"pve1-boot-files-image-{short_hash(DEFAULT_IMAGE, 8)}"
+    ]
 
 
 def test_secrets_stay_secret() -> None:

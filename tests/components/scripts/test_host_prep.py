@@ -1,146 +1,212 @@
-"""host_prep.sh against a fake root: first run writes the files and asks for one reboot, the second run (after
-the simulated reboot) changes nothing and asks for none; unrelated lines survive; bad input fails by step."""
+"""host_prep.sh against a fake Proxmox node: the first run writes the files and reboots once (when idle), the
+second run after the reboot changes nothing; a newly declared GPU is bound to vfio-pci without a reboot; the reboot
+policy decides what happens when running guests are in the way; an interrupted refresh is redone; bad input fails
+by step."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.components.scripts.fakeroot import FakeRoot
+from tests.components.scripts.fakehost import A10, A100, GRUB, FakeHost, mutating
 
-GRUB = """# If you change this file, run 'update-grub' afterwards.
-GRUB_DEFAULT=0
-GRUB_TIMEOUT=5
-GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=soft"
-GRUB_CMDLINE_LINUX=""
-"""
-BOOT = "BOOT_IMAGE=/boot/vmlinuz-6.8.12-4-pve root=/dev/mapper/pve-root ro"
-A10 = ["--gpu", "0000:41:00=10de:2236"]
-STUBS = ("update-grub", "proxmox-boot-tool", "update-initramfs", "systemd-run")
-
-
-def pci(host: FakeRoot, address: str, vendor: str, device: str) -> None:
-    host.write(f"sys/bus/pci/devices/{address}/vendor", f"0x{vendor}\n")
-    host.write(f"sys/bus/pci/devices/{address}/device", f"0x{device}\n")
+MARKER = "run/proxmox-gpu-cluster/reboot-required"
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> FakeRoot:
-    h = FakeRoot(tmp_path / "root")
-    for name in STUBS:
-        h.stub(name)
-    h.write("etc/default/grub", GRUB)
-    h.write("etc/modules", "# /etc/modules\nbonding\n")
-    h.write("etc/modprobe.d/pve-blacklist.conf", "blacklist nvidiafb\n")
-    h.write("proc/cmdline", f"{BOOT} quiet iommu=soft\n")
-    pci(h, "0000:41:00.0", "10de", "2236")  # A10
-    pci(h, "0000:81:00.0", "10de", "20f1")  # A100 PCIe 40GB
-    pci(h, "0000:81:00.1", "10de", "1aef")  # a second function on the same card
-    return h
+def host(tmp_path: Path) -> FakeHost:
+    return FakeHost(tmp_path / "root")
 
 
-def reboot(host: FakeRoot) -> None:
-    """What the scheduled reboot does: the kernel now runs with the configured arguments."""
-    line = re.search(r'^GRUB_CMDLINE_LINUX_DEFAULT="(.*)"$', host.read("etc/default/grub"), re.M)
-    assert line is not None
-    host.write("proc/cmdline", f"{BOOT} {line.group(1)}\n")
+def reboots(calls: list[str]) -> int:
+    return sum(c.startswith("systemd-run") for c in calls)
 
 
-def prep(host: FakeRoot, *extra: str, vendor: str = "amd") -> tuple[int, str, str, list[str]]:
-    r = host.run("host_prep.sh", "--cpu-vendor", vendor, "--boot-loader", "auto", "--acs-override", "0", *extra)
-    return r.returncode, r.stdout, r.stderr, r.calls
-
-
-def test_first_run_configures_and_schedules_one_reboot(host: FakeRoot) -> None:
-    code, out, err, calls = prep(host, *A10)
-    assert code == 0, err
-    assert sorted(line for line in out.splitlines() if line.startswith("changed: ")) == [
+def test_first_run_configures_and_schedules_one_reboot(host: FakeHost) -> None:
+    r = host.prep(A10)
+    assert r.returncode == 0, r.stderr
+    assert sorted(line for line in r.stdout.splitlines() if line.startswith("changed: ")) == [
         "changed: /etc/default/grub",
         "changed: /etc/modprobe.d/blacklist-gpu-passthrough.conf",
         "changed: /etc/modprobe.d/vfio.conf",
         "changed: /etc/modules-load.d/vfio.conf",
     ]
-    assert out.splitlines()[-1] == "reboot: scheduled"
-    assert [c.split()[0] for c in calls] == ["update-initramfs", "update-grub", "systemd-run"]
-    assert "update-initramfs -u -k all" in calls
+    assert r.stdout.splitlines()[-1] == "reboot: scheduled (the running kernel lacks amd_iommu=on iommu=pt)"
+    assert [c.split()[0] for c in r.calls] == ["update-initramfs", "update-grub", "qm", "pct", "systemd-run"]
+    assert "update-initramfs -u -k all" in r.calls
     grub = host.read("etc/default/grub")
     # existing arguments kept, the conflicting iommu=soft replaced, all on one line, other lines untouched
     assert 'GRUB_CMDLINE_LINUX_DEFAULT="quiet amd_iommu=on iommu=pt"' in grub
     assert grub.replace('"quiet amd_iommu=on iommu=pt"', '"quiet iommu=soft"') == GRUB
     assert host.read("etc/modules-load.d/vfio.conf").split("\n")[1:] == ["vfio", "vfio_iommu_type1", "vfio_pci", ""]
-    assert "vfio_virqfd" not in host.read("etc/modules-load.d/vfio.conf")
     blacklist = host.read("etc/modprobe.d/blacklist-gpu-passthrough.conf")
     for module in ("nouveau", "nvidia", "nvidiafb", "nvidia_drm"):
         assert f"blacklist {module}\n" in blacklist + "\n"
     vfio = host.read("etc/modprobe.d/vfio.conf")
     assert "options vfio-pci ids=10de:2236\n" in vfio
     assert "softdep nouveau pre: vfio-pci" in vfio and "softdep nvidia pre: vfio-pci" in vfio
-    # unrelated files are untouched
+    # no runtime binding without an IOMMU: the reboot does it
+    assert host.driver_of("0000:41:00.0") == "nouveau" and not any(c.startswith("tee") for c in r.calls)
     assert host.read("etc/modules") == "# /etc/modules\nbonding\n"
     assert host.read("etc/modprobe.d/pve-blacklist.conf") == "blacklist nvidiafb\n"
 
 
-def test_second_run_after_reboot_changes_nothing(host: FakeRoot) -> None:
-    assert prep(host, *A10)[0] == 0
-    reboot(host)
+def test_second_run_after_reboot_changes_nothing(host: FakeHost) -> None:
+    assert host.prep(A10).returncode == 0
+    host.reboot()
+    assert host.driver_of("0000:41:00.0") == "vfio-pci"
     before = host.snapshot()
-    code, out, err, calls = prep(host, *A10)
-    assert code == 0, err
-    assert out == "reboot: not-needed\n"
-    assert calls == []
+    r = host.prep(A10)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "reboot: not-needed\n"
+    assert mutating(r.calls) == [] and r.calls == []
     assert host.snapshot() == before
+    assert not (host.root / MARKER).exists()
 
 
-def test_a_missed_reboot_is_asked_for_again_without_rewriting(host: FakeRoot) -> None:
-    prep(host, *A10)
-    before = host.snapshot()
-    code, out, _, calls = prep(host, *A10)  # the node never rebooted
-    assert code == 0 and out == "reboot: scheduled\n"
-    assert [c.split()[0] for c in calls] == ["systemd-run"]
-    assert host.snapshot() == before
+def test_a_newly_declared_gpu_is_bound_at_runtime_without_a_reboot(host: FakeHost) -> None:
+    assert host.prep(A10).returncode == 0
+    host.reboot()
+    host.guests("VM 3101 gpu-a10-a running")  # a worker runs on the A10: nothing may reboot the node
+    r = host.prep(A10, A100)
+    assert r.returncode == 0, r.stderr
+    assert [line for line in r.stdout.splitlines() if line.startswith("changed: ")] == [
+        "changed: /etc/modprobe.d/vfio.conf"
+    ]
+    assert "options vfio-pci ids=10de:1aef,10de:20f1,10de:2236\n" in host.read("etc/modprobe.d/vfio.conf")
+    assert "vfio: 0000:81:00.0 bound to vfio-pci (was unbound)" in r.stdout
+    assert "vfio: 0000:81:00.1 bound to vfio-pci (was snd_hda_intel)" in r.stdout
+    assert host.driver_of("0000:81:00.0") == host.driver_of("0000:81:00.1") == "vfio-pci"
+    assert host.driver_of("0000:41:00.0") == "vfio-pci"  # the running worker's GPU was not touched
+    assert r.stdout.splitlines()[-1] == "reboot: not-needed"
+    assert reboots(r.calls) == 0 and "update-initramfs -u -k all" in r.calls
+    assert not any(c.startswith(("update-grub", "qm", "pct")) for c in r.calls)
+    # and the next run is quiet again
+    assert mutating(host.prep(A10, A100).calls) == []
 
 
-def test_all_functions_of_the_card_are_bound(host: FakeRoot) -> None:
-    code, _, err, _ = prep(host, *A10, "--gpu", "0000:81:00=10de:20f1")
-    assert code == 0, err
+def test_a_gpu_that_will_not_unbind_needs_a_reboot(host: FakeHost) -> None:
+    assert host.prep(A10).returncode == 0
+    host.reboot()
+    host.write("busy-0000:81:00.1", "")  # the host still uses the audio function
+    r = host.prep(A10, A100)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == ("reboot: scheduled (0000:81:00.1 could not be bound to vfio-pci at runtime)")
+
+
+def test_when_idle_refuses_to_reboot_over_running_guests_and_resumes_later(host: FakeHost) -> None:
+    host.guests("VM 3101 gpu-a100-a running", "VM 3102 stopped-one stopped", "CT 200 dns running")
+    r = host.prep(A10)
+    assert r.returncode == 1
+    assert r.stderr.strip() == (
+        "host-prep: reboot: the node needs a reboot (the running kernel lacks amd_iommu=on iommu=pt), but guests are "
+        "running: VM 3101 (gpu-a100-a), CT 200 (dns); stop them, or set rebootPolicy: always (or never, and reboot "
+        "it yourself). The configuration is written; the next run continues from here"
+    )
+    assert reboots(r.calls) == 0
+    assert 'amd_iommu=on iommu=pt"' in host.read("etc/default/grub")  # written, refreshed, not applied
+    assert "update-grub " in r.calls
+    # The guests are stopped; the next run writes nothing new and reboots.
+    host.guests()
+    r = host.prep(A10)
+    assert r.returncode == 0, r.stderr
+    assert not [line for line in r.stdout.splitlines() if line.startswith("changed: ")]
+    assert reboots(r.calls) == 1 and r.stdout.startswith("reboot: scheduled")
+
+
+def test_always_reboots_anyway_and_says_what_goes_down(host: FakeHost) -> None:
+    host.guests("VM 3101 gpu-a100-a running")
+    r = host.prep(A10, policy="always")
+    assert r.returncode == 0, r.stderr
+    assert reboots(r.calls) == 1
+    assert r.stdout.splitlines()[-1] == (
+        "reboot: scheduled (the running kernel lacks amd_iommu=on iommu=pt; running guests go down with it: "
+        "VM 3101 (gpu-a100-a))"
+    )
+
+
+def test_never_reports_the_reboot_and_leaves_it_to_you(host: FakeHost) -> None:
+    r = host.prep(A10, policy="never")
+    assert r.returncode == 0, r.stderr
+    assert reboots(r.calls) == 0 and not any(c.startswith("qm") for c in r.calls)
+    assert r.stdout.splitlines()[-1].startswith("reboot: required (the running kernel lacks amd_iommu=on iommu=pt")
+    assert host.read(MARKER).strip() == "the running kernel lacks amd_iommu=on iommu=pt"
+    host.reboot()  # the operator reboots it
+    r = host.prep(A10, policy="never")
+    assert r.stdout == "reboot: not-needed\n" and not (host.root / MARKER).exists()
+
+
+def test_unlisted_guests_block_a_when_idle_reboot(host: FakeHost) -> None:
+    host.write("fake-qm-broken", "")
+    r = host.prep(A10)
+    assert r.returncode == 1 and "its guests cannot be listed (qm list failed); not rebooting" in r.stderr
+    assert reboots(r.calls) == 0
+
+
+def test_an_interrupted_refresh_is_redone_by_the_next_run(host: FakeHost) -> None:
+    host.stub_script("update-grub", "exit 1")
+    assert host.prep(A10).returncode != 0
+    host.stub("update-grub")
+    r = host.prep(A10)
+    assert r.returncode == 0, r.stderr
+    assert not [line for line in r.stdout.splitlines() if line.startswith("changed: ")]  # files were written
+    assert "update-grub " in r.calls  # but the refresh had not finished
+    assert "update-initramfs -u -k all" not in r.calls  # that one had
+    assert mutating(host.prep(A10).calls) == ["systemd-run --on-active=5 systemctl reboot"]  # no reboot yet
+
+
+def test_all_functions_of_the_card_are_bound(host: FakeHost) -> None:
+    r = host.prep(A10, A100)
+    assert r.returncode == 0, r.stderr
     assert "options vfio-pci ids=10de:1aef,10de:20f1,10de:2236\n" in host.read("etc/modprobe.d/vfio.conf")
 
 
-def test_intel_and_acs_override(host: FakeRoot) -> None:
-    r = host.run("host_prep.sh", "--cpu-vendor", "intel", "--boot-loader", "grub", "--acs-override", "1", *A10)
+def test_intel_and_acs_override(host: FakeHost) -> None:
+    r = host.prep(A10, vendor="intel", acs="1")
     assert r.returncode == 0, r.stderr
     line = 'GRUB_CMDLINE_LINUX_DEFAULT="quiet intel_iommu=on iommu=pt pcie_acs_override=downstream,multifunction"'
     assert line in host.read("etc/default/grub")
 
 
-def test_systemd_boot_is_detected(host: FakeRoot) -> None:
+def test_systemd_boot_is_detected(host: FakeHost) -> None:
     host.write("etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
     host.write("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
-    code, _out, err, calls = prep(host, *A10)
-    assert code == 0, err
+    r = host.prep(A10)
+    assert r.returncode == 0, r.stderr
     assert host.read("etc/kernel/cmdline") == "root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on iommu=pt\n"
     assert host.read("etc/default/grub") == GRUB  # not the boot loader in use
-    assert "proxmox-boot-tool refresh" in calls and not any(c.startswith("update-grub") for c in calls)
+    assert "proxmox-boot-tool refresh" in r.calls and not any(c.startswith("update-grub") for c in r.calls)
+    # After the reboot: the arguments are active, vfio-pci is loaded and has the A10.
     host.write("proc/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on iommu=pt\n")
-    assert prep(host, *A10)[3] == []
+    host.write("sys/module/vfio_pci/refcnt", "1\n")
+    (host.root / "sys/bus/pci/devices/0000:41:00.0/driver").unlink()
+    host.link("sys/bus/pci/devices/0000:41:00.0/driver", "../../../bus/pci/drivers/vfio-pci")
+    assert mutating(host.prep(A10).calls) == []
 
 
-def test_wrong_model_at_the_path_fails_the_step(host: FakeRoot) -> None:
-    code, _, err, calls = prep(host, "--gpu", "0000:41:00=10de:20b5")
-    assert code == 1
-    assert err.strip() == "host-prep: vfio-ids: 0000:41:00.0 is 10de:2236, the spec expects 10de:20b5"
-    assert not any(c.startswith("systemd-run") for c in calls)
+def test_wrong_model_at_the_path_fails_the_step(host: FakeHost) -> None:
+    r = host.prep(("0000:41:00", "10de:20b5"))
+    assert r.returncode == 1
+    assert r.stderr.strip() == "host-prep: vfio-ids: 0000:41:00.0 is 10de:2236, the spec expects 10de:20b5"
+    assert reboots(r.calls) == 0
 
 
-def test_missing_device_fails_the_step(host: FakeRoot) -> None:
-    code, _, err, _ = prep(host, "--gpu", "0000:99:00=10de:2236")
-    assert code == 1 and "host-prep: vfio-ids: no PCI device at 0000:99:00.0" in err
+def test_missing_device_fails_the_step(host: FakeHost) -> None:
+    r = host.prep(("0000:99:00", "10de:2236"))
+    assert r.returncode == 1 and "host-prep: vfio-ids: no PCI device at 0000:99:00.0" in r.stderr
 
 
-def test_spec_strings_are_arguments_not_code(host: FakeRoot) -> None:
+def test_unknown_policy_fails_the_step(host: FakeHost) -> None:
+    r = host.prep(A10, policy="sometimes")
+    assert r.returncode == 1
+    assert (
+        r.stderr.strip() == "host-prep: arguments: --reboot-policy must be when-idle, always or never, got 'sometimes'"
+    )
+
+
+def test_spec_strings_are_arguments_not_code(host: FakeHost) -> None:
     # The component quotes every argument; even a hostile one is only ever data to the script.
-    code, _, err, _calls = prep(host, "--gpu", "0000:41:00=$(touch /tmp/pwned)")
-    assert code == 1 and "spec expects $(touch /tmp/pwned)" in err
+    r = host.prep(("0000:41:00", "$(touch /tmp/pwned)"))
+    assert r.returncode == 1 and "spec expects $(touch /tmp/pwned)" in r.stderr
     assert not Path("/tmp/pwned").exists()

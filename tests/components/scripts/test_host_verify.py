@@ -53,6 +53,31 @@ def test_kernel_args_missing(host: FakeRoot) -> None:
     assert r.stderr.startswith("host-verify: kernel-args: expected amd_iommu=on in /proc/cmdline; saw BOOT_IMAGE")
 
 
+def test_kernel_args_missing_while_host_prep_waits_for_a_reboot(host: FakeRoot) -> None:
+    # rebootPolicy never (or guests in the way): host prep left the marker; verify says what is pending.
+    host.write("proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro quiet\n")
+    host.write("run/proxmox-gpu-cluster/reboot-required", "the running kernel lacks amd_iommu=on iommu=pt\n")
+    r = verify(host, "0000:41:00")
+    assert r.returncode == 1
+    assert r.stderr.strip().endswith(
+        "; host prep is waiting for a reboot (the running kernel lacks amd_iommu=on iommu=pt): reboot the node, "
+        "then run pulumi up again"
+    )
+
+
+def test_acs_override_isolation_is_checked_after_the_reboot(host: FakeRoot) -> None:
+    # With acsOverride the preflight defers: host verify runs the check on the groups the override produced.
+    args = [*ARGS, "--kernel-arg", "pcie_acs_override=downstream,multifunction"]
+    host.write(
+        "proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro amd_iommu=on iommu=pt pcie_acs_override=downstream,multifunction\n"
+    )
+    assert host.run("host_verify.sh", *args, "--gpu", "0000:41:00").returncode == 0
+    device(host, "0000:42:00.0", 42, "0x020000", driver="igb")  # the override did not split this group
+    r = host.run("host_verify.sh", *args, "--gpu", "0000:41:00")
+    assert r.returncode == 1 and "host-verify: isolation: expected IOMMU group 42 to hold only 0000:41:00" in r.stderr
+    assert "0000:42:00.0" in r.stderr
+
+
 def test_iommu_off(host: FakeRoot) -> None:
     (host.root / "sys/class/iommu/ivhd0/device").unlink()
     (host.root / "sys/class/iommu/ivhd0").rmdir()

@@ -1,0 +1,83 @@
+"""Names of what the stack creates on Proxmox, where two stacks (or two nodes) could otherwise collide. Pure.
+
+Datacenter PCI mappings, cloud-init snippets and downloaded images live outside Pulumi's own namespace: a second
+stack that chose the same name would overwrite the first one's object, and destroying either would delete the
+other's. Every such name therefore carries a scope, a short hash of the Pulumi project and stack, next to a
+readable form of the stack name; within a stack, node and GPU names (DNS labels) complete it.
+
+The names never depend on resource names or component nesting, so refactoring the program does not rename (and so
+replace) anything on the hosts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+_SLUG_LENGTH = 20
+_STEM_LENGTH = 60
+
+
+def _hash(*parts: str) -> str:
+    # NUL cannot occur in any part, so different part lists never hash the same text.
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
+
+
+def _slug(text: str, length: int) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:length].strip("-")
+
+
+@dataclass(frozen=True)
+class StackScope:
+    """Which Pulumi project and stack the names belong to."""
+
+    project: str
+    stack: str
+
+    @property
+    def token(self) -> str:
+        """``<readable stack>-<hash>`` or just the hash: lower-case letters, digits and dashes."""
+        slug = _slug(self.stack, _SLUG_LENGTH)
+        digest = _hash(self.project, self.stack)
+        return f"{slug}-{digest}" if slug else digest
+
+    def mapping_id(self, node: str, gpu: str) -> str:
+        """The datacenter PCI mapping of GPU ``gpu`` on Proxmox node ``node``.
+
+        Proxmox mapping ids are ``[a-z][a-z0-9_-]+`` (pve-common ``$CONFIGID_RE``). Node and GPU names are DNS
+        labels, which have no ``_``, so ``_`` separates the parts unambiguously (``gpu-pve-a-0`` was both node
+        ``pve`` + GPU ``a-0`` and node ``pve-a`` + GPU ``0``).
+        """
+        return f"pgc_{self.token}_{node}_{gpu}"
+
+    def snippet_file_name(self, node: str) -> str:
+        """The cloud-init vendor-data snippet of Proxmox node ``node``."""
+        return f"pgc-{self.token}-{node}-vendor-data.yaml"
+
+    def image_file_name(self, node: str, datastore: str, url: str) -> str:
+        """The stored name of the cloud image at ``url`` on ``node``'s ``datastore``.
+
+        The readable part is the URL's file name (``.../download?file=jammy.img`` has none: the last query value
+        with an image extension is used, else ``cloud-image``); the hash covers stack, node, datastore and the full
+        URL, so two URLs with the same basename never share a file. ``.img`` because Proxmox VE before 8.4 accepts
+        only .img/.iso files as ``iso`` content; the format is detected from the content, not the name.
+        """
+        return f"{image_stem(url)}-{_hash(self.project, self.stack, node, datastore, url)}.img"
+
+
+_IMAGE_EXT = re.compile(r"\.(img|qcow2|raw|iso)$", re.IGNORECASE)
+
+
+def image_stem(url: str) -> str:
+    """A readable, file-system-safe stem for the image at ``url``."""
+    parts = urlsplit(url)
+    candidates = [posixpath.basename(parts.path)]
+    candidates += [value for _, _, value in (p.partition("=") for p in parts.query.split("&"))]
+    for candidate in [c for c in candidates if _IMAGE_EXT.search(c)] + candidates[:1]:
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "-", _IMAGE_EXT.sub("", posixpath.basename(candidate))).strip("-._")
+        if stem:
+            return stem[:_STEM_LENGTH].rstrip("-._")
+    return "cloud-image"
