@@ -31,24 +31,30 @@ class DraDriver(pulumi.ComponentResource):
         spec: ClusterSpec,
         *,
         provider: kubernetes.Provider,
+        namespace: pulumi.Input[str] | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``namespace``: an existing namespace to install into (e.g. the operator's, when the spec names the same
+        one: two components must never both create a Namespace); by default the component creates
+        ``gpuOperator.dra.namespace``."""
         super().__init__("proxmox-gpu-cluster:dra_driver:DraDriver", name, None, opts)
         dra = spec.gpu_operator.dra
-        # The kubelet plugin is a privileged host daemon.
-        ns = privileged_namespace(
-            f"{name}-namespace", dra.namespace, pulumi.ResourceOptions(parent=self, provider=provider)
-        )
+        if namespace is None:
+            # The kubelet plugin is a privileged host daemon.
+            ns = privileged_namespace(
+                f"{name}-namespace", dra.namespace, pulumi.ResourceOptions(parent=self, provider=provider)
+            )
+            namespace = ns.metadata.apply(lambda m: m.name or "")
         release = nvidia_release(
             f"{name}-release",
             chart="nvidia-dra-driver-gpu",
             version=dra.chart_version,
-            namespace=ns.metadata.name,
+            namespace=namespace,
             values=dra_values(spec),
             timeout=600,
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
         )
-        self.namespace = ns.metadata.apply(lambda m: m.name or "")
+        self.namespace = pulumi.Output.from_input(namespace)
         self.release_status = release.status.apply(lambda s: s.status or "")
         self.register_outputs({"namespace": self.namespace, "releaseStatus": self.release_status})

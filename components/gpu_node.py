@@ -16,11 +16,15 @@ class GpuNodeLabels(pulumi.ComponentResource):
 
     Works for any existing node by name: ``workers`` are matched by their node name, and ``kubevirt_nodes`` are
     existing (bare-metal) KubeVirt nodes. For VM workers, pass each node's ``GuestBootstrap`` in ``node_ready``
-    (worker name -> resources): that node's patch waits for it, other nodes do not.
+    (worker name -> resources): that node's patch waits for it, other nodes do not. ``replace_with`` (worker name ->
+    resources) makes a node's patch start over when they are replaced: a replaced VM joins as a new Node object,
+    which needs its labels and taint again (pass the bootstrap's ``final_step``).
     """
 
     nodes: pulumi.Output[list[str]]
     """Names of the patched nodes."""
+    patches: dict[str, kubernetes.core.v1.NodePatch]
+    """Node name -> its patch, for whatever must be ordered around it (a node's retirement waits for it)."""
 
     def __init__(
         self,
@@ -30,11 +34,13 @@ class GpuNodeLabels(pulumi.ComponentResource):
         *,
         provider: kubernetes.Provider,
         node_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None,
+        replace_with: Mapping[str, Sequence[pulumi.Resource]] | None = None,
         kubevirt_nodes: Sequence[KubeVirtNode] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("proxmox-gpu-cluster:gpu_node:GpuNodeLabels", name, None, opts)
         names: list[str] = []
+        self.patches = {}
         dp, mig = device_plugin_config(spec), mig_config(spec)
 
         def patch(node: str, labels: dict[str, str], taint: bool, ready: Sequence[pulumi.Resource]) -> None:
@@ -43,7 +49,7 @@ class GpuNodeLabels(pulumi.ComponentResource):
                 if taint
                 else None
             )
-            kubernetes.core.v1.NodePatch(
+            self.patches[node] = kubernetes.core.v1.NodePatch(
                 f"{name}-{node}",
                 kubernetes.core.v1.NodePatchArgs(
                     metadata=kubernetes.meta.v1.ObjectMetaPatchArgs(
@@ -55,7 +61,12 @@ class GpuNodeLabels(pulumi.ComponentResource):
                     ),
                     spec=kubernetes.core.v1.NodeSpecPatchArgs(taints=taints) if taints else None,
                 ),
-                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(ready)),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    provider=provider,
+                    depends_on=list(ready),
+                    replace_with=list((replace_with or {}).get(node, ())),
+                ),
             )
             names.append(node)
 

@@ -47,6 +47,9 @@ class GuestBootstrap(pulumi.ComponentResource):
     """Whether the driver step rebooted the host on its last run."""
     verification: pulumi.Output[str]
     """The verification step's report (``verify: ok: ...``)."""
+    final_step: command.remote.Command
+    """The last step (verify). It is replaced whenever the chain starts over on a fresh machine, so whatever must be
+    applied again to a new machine (its node labels) can name it in ``replace_with``."""
 
     def __init__(
         self,
@@ -128,6 +131,7 @@ class GuestBootstrap(pulumi.ComponentResource):
         self.node_name = pulumi.Output.from_input(bootstrap.node_name)
         self.rebooted = driver.stdout.apply(lambda out: REBOOT_SCHEDULED in (out or ""))
         self.verification = verify.stdout
+        self.final_step = verify
         self.register_outputs(
             {"nodeName": self.node_name, "rebooted": self.rebooted, "verification": self.verification}
         )

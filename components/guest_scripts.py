@@ -15,11 +15,14 @@ from collections.abc import Mapping
 
 from components.guest_spec import GuestBootstrapSpec
 from components.host_scripts import script
+from components.spec import DrainSpec
 
 STEPS = ("cloud-init", "driver", "runtime", "join", "verify")
 """The bootstrap steps in the order they run."""
 JOIN_TOKEN_VAR = "PGC_JOIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
 CA_CERT_HASH_VAR = "PGC_CA_CERT_HASH"
+KUBECONFIG_VAR = "PGC_KUBECONFIG"
+GUEST_SCRIPT_VAR = "PGC_GUEST_SCRIPT"
 
 
 def step_script(step: str) -> str:
@@ -29,10 +32,32 @@ def step_script(step: str) -> str:
     return script("guest_lib.sh") + "\n" + script(f"guest_{step.replace('-', '_')}.sh")
 
 
+def assignments(values: Mapping[str, str]) -> str:
+    """Shell assignments (``NAME='value'`` lines, quoted for bash) that bash neither echoes nor exports."""
+    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
+
+
 def secret_stdin(step: str, secrets: Mapping[str, str]) -> str:
     """``step``'s stdin with ``secrets`` (variable -> value) assigned first, quoted for bash."""
-    lines = [f"{name}={shlex.quote(value)}" for name, value in secrets.items()]
-    return "\n".join(lines) + "\n" + step_script(step)
+    return assignments(secrets) + step_script(step)
+
+
+def drain_script() -> str:
+    """What a guest runs to retire its node: the shared helpers followed by ``guest_drain.sh``."""
+    return script("guest_lib.sh") + "\n" + script("guest_drain.sh")
+
+
+def drain_args(node_name: str, drain: DrainSpec, kubeadm_reset: bool) -> list[str]:
+    """guest_drain.sh arguments (the kubeconfig is never one: see ``retire_stdin``)."""
+    args = ["--node-name", node_name, "--timeout", str(drain.timeout_seconds)]
+    args += ["--delete-emptydir-data", _flag(drain.delete_emptydir_data), "--force", _flag(drain.force)]
+    return [*args, "--kubeadm-reset", _flag(kubeadm_reset)]
+
+
+def retire_stdin(kubeconfig: str) -> str:
+    """Stdin of ``retire_vm.sh`` on a Proxmox node: the kubeconfig and the guest's script as shell assignments, then
+    the host script. Call it inside a secret Output: the result holds the admin credential."""
+    return assignments({KUBECONFIG_VAR: kubeconfig, GUEST_SCRIPT_VAR: drain_script()}) + script("retire_vm.sh")
 
 
 def driver_args(b: GuestBootstrapSpec) -> list[str]:

@@ -25,6 +25,7 @@ from components.kubevirt_devices import KubeVirtGpuDevices
 from components.operator_values import uses_dra
 from components.smoke_test import GpuSmokeTest
 from components.spec import ClusterSpec
+from components.worker_retirement import WorkerRetirement
 from stacks.config import Secrets
 from stacks.proxmox_layer import ProxmoxLayer, build_proxmox
 
@@ -48,6 +49,8 @@ class Cluster:
     proxmox: ProxmoxLayer
     bootstraps: dict[str, GuestBootstrap]
     """Worker name -> its guest bootstrap."""
+    retirements: dict[str, WorkerRetirement]
+    """Worker name -> what drains and removes its node before its VM goes."""
 
 
 def proxmox_provider(spec: ClusterSpec, secrets: Secrets) -> proxmoxve.Provider:
@@ -98,6 +101,46 @@ def build_guests(
     return bootstraps
 
 
+def build_retirements(
+    spec: ClusterSpec,
+    *,
+    layer: ProxmoxLayer,
+    bootstraps: dict[str, GuestBootstrap],
+    labels: GpuNodeLabels | None,
+    secrets: Secrets,
+    provider: command.Provider,
+) -> dict[str, WorkerRetirement]:
+    """Per worker VM: before the VM is removed or replaced, its node is drained, reset and deleted.
+
+    It waits for the node's bootstrap and label patch, so on removal it is deleted (drains) before them; it is
+    protected with the VM, so removing a protected worker fails before anything is drained.
+    """
+    out: dict[str, WorkerRetirement] = {}
+    for worker in spec.workers:
+        vm = layer.vms.get(worker.name)
+        if vm is None:
+            continue
+        after: list[pulumi.Resource] = [bootstraps[worker.name]]
+        if labels is not None and worker.name in labels.patches:
+            after.append(labels.patches[worker.name])
+        out[worker.name] = WorkerRetirement(
+            f"{worker.name}-retirement",
+            node_name=worker.name,
+            vmid=worker.vmid,
+            host=spec.node(worker.node).ssh_address,
+            ssh_user=spec.proxmox.ssh_user,
+            ssh_private_key=secrets.ssh_private_key,
+            kubeconfig=secrets.kubeconfig,
+            drain=spec.kubernetes.drain,
+            kubeadm_reset=spec.kubernetes.join_method == "kubeadm",
+            provider=provider,
+            protect=worker.protect,
+            replace_with=[vm.vm],
+            depends_on=after,
+        )
+    return out
+
+
 def warn_experimental(spec: ClusterSpec) -> None:
     """KubeVirt workers that are themselves Proxmox VMs run VMs nested, through a virtual IOMMU; NVIDIA documents
     VM-workload nodes as bare metal only, so every preview says so."""
@@ -123,19 +166,25 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
     k8s = providers.kubernetes
     op = spec.gpu_operator
     gpu_stack: list[pulumi.Resource] = []
-    if op.enabled or uses_dra(spec):
-        # Each node's labels wait for that node's bootstrap (joined and verified), not for the others.
-        ready: dict[str, list[pulumi.Resource]] = {n: [b] for n, b in bootstraps.items()}
-        gpu_stack.append(
-            GpuNodeLabels(
-                "gpu-nodes",
-                spec,
-                list(spec.workers),
-                provider=k8s,
-                node_ready=ready,
-                kubevirt_nodes=spec.kubevirt.nodes,
-            )
+    labels = None
+    tainted = any(w.taint for w in spec.workers) or any(n.taint for n in spec.kubevirt.nodes)
+    if op.enabled or uses_dra(spec) or tainted:
+        # Each node's labels wait for that node's bootstrap (joined and verified), not for the others, and are
+        # applied again when it starts over on a new VM (which joins as a new Node object).
+        labels = GpuNodeLabels(
+            "gpu-nodes",
+            spec,
+            list(spec.workers),
+            provider=k8s,
+            node_ready={n: [b] for n, b in bootstraps.items()},
+            replace_with={n: [b.final_step] for n, b in bootstraps.items()},
+            kubevirt_nodes=spec.kubevirt.nodes,
         )
+        gpu_stack.append(labels)
+    retirements = build_retirements(
+        spec, layer=layer, bootstraps=bootstraps, labels=labels, secrets=secrets, provider=providers.command
+    )
+    operator = None
     if op.enabled:
         operator = GpuOperator(
             "gpu-operator",
@@ -150,14 +199,23 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
         if op.smoke_test.enabled:
             GpuSmokeTest("gpu-smoke-test", spec, provider=k8s, namespace=operator.namespace, depends_on=[operator])
     if uses_dra(spec):
-        DraDriver("dra-driver", spec, provider=k8s, depends_on=gpu_stack)
+        # One creator per Namespace: with the operator's namespace, the DRA driver installs into it.
+        shared = operator.namespace if operator is not None and op.dra.namespace == op.namespace else None
+        DraDriver("dra-driver", spec, provider=k8s, namespace=shared, depends_on=gpu_stack)
     if spec.kubevirt.enabled:
         warn_experimental(spec)
         if spec.kubevirt.patch_kubevirt:
             KubeVirtGpuDevices("kubevirt-gpus", spec, provider=k8s)
     if spec.quotas:
         GpuQuotas("gpu-quotas", spec, provider=k8s)
-    return Cluster(spec=spec, providers=providers, capacity=capacity_table(spec), proxmox=layer, bootstraps=bootstraps)
+    return Cluster(
+        spec=spec,
+        providers=providers,
+        capacity=capacity_table(spec),
+        proxmox=layer,
+        bootstraps=bootstraps,
+        retirements=retirements,
+    )
 
 
 def export(cluster: Cluster) -> None:

@@ -122,3 +122,16 @@ def without_operator() -> dict[str, Any]:
 def test_operator_can_be_disabled() -> None:
     rec = plan_stack(without_operator())
     assert rec.of_type(RELEASE) == [] and rec.of_type(NODE_PATCH) == []
+
+
+def test_without_the_operator_a_taint_is_still_applied_and_nothing_of_the_operator() -> None:
+    raw = without_operator()
+    raw["workers"][2]["taint"] = True
+    rec = plan_stack(raw)
+    assert rec.of_type(RELEASE) == [] and sorted(p.name for p in rec.of_type(NODE_PATCH)) == [
+        "gpu-nodes-mig-1", "gpu-nodes-mig-2", "gpu-nodes-ts-1",
+    ]  # fmt: skip
+    patch = rec.named("gpu-nodes-ts-1").plain_inputs
+    assert patch["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    assert patch["metadata"]["labels"] == {"proxmox-gpu-cluster.io/accelerator": "A10"}
+    assert not any(k.startswith("nvidia.com/") for k in rec.named("gpu-nodes-mig-1").plain_inputs["metadata"]["labels"])

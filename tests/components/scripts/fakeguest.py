@@ -133,7 +133,8 @@ mkdir -p "$PGC_ROOT/etc/containerd/conf.d"
     "nvidia-smi": """[ -f "$PGC_ROOT/sys/module/nvidia/version" ] || { echo "NVIDIA-SMI has failed" ; exit 9; }
 if [ "$1" = -L ]; then cat "$PGC_ROOT/fake-gpus"; else cat "$PGC_ROOT/sys/module/nvidia/version"; fi""",
     "lspci": 'cat "$PGC_ROOT/fake-lspci"',
-    "kubeadm": 'cfg="$3"; stat -c %a "$cfg" > "$PGC_ROOT/join-config-mode"; cp "$cfg" "$PGC_ROOT/join-config"\n'
+    "kubeadm": 'if [ "$1" = reset ]; then rm -rf "$PGC_ROOT/etc/kubernetes"; echo "[reset] done"; exit 0; fi\n'
+    'cfg="$3"; stat -c %a "$cfg" > "$PGC_ROOT/join-config-mode"; cp "$cfg" "$PGC_ROOT/join-config"\n'
     'printf "%s\\n" "$cfg" > "$PGC_ROOT/join-config-path"\n'
     'mkdir -p "$PGC_ROOT/etc/kubernetes"; echo "kind: Config" > "$PGC_ROOT/etc/kubernetes/kubelet.conf"\n'
     'echo "This node has joined the cluster"',

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components.guest_scripts import STEPS, step_script
+from components.guest_scripts import STEPS, drain_script, retire_stdin, step_script
 from tests.components.scripts.fakeroot import SCRIPTS
 from tests.support import external
 
@@ -41,18 +41,37 @@ def test_shellcheck_would_catch_a_problem(tmp_path: Path) -> None:
     assert subprocess.run([str(shellcheck), str(bad)], capture_output=True, check=False).returncode != 0
 
 
-@pytest.mark.parametrize("step", STEPS)
-def test_guest_steps_as_sent_are_shellcheck_clean(step: str) -> None:
-    # What the guest runs is guest_lib.sh + the step: check that text too, not only the files one by one.
+SENT = {**{step: step_script(step) for step in STEPS}, "drain": drain_script()}
+"""Every script text a guest runs as it is sent: the helpers + the step."""
+
+
+@pytest.mark.parametrize("name", sorted(SENT))
+def test_scripts_as_sent_are_shellcheck_clean(name: str) -> None:
+    # What a guest runs is guest_lib.sh + the step: check that text too, not only the files one by one.
     shellcheck = external(Path("/usr/bin/shellcheck"), "shellcheck", "install it with: apt-get install shellcheck")
     proc = subprocess.run(
         [str(shellcheck), "--severity=style", "--shell=bash", "-"],
-        input=step_script(step), capture_output=True, text=True, check=False,
+        input=SENT[name], capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout
 
 
-@pytest.mark.parametrize("step", STEPS)
-def test_guest_steps_run_everything_from_main_with_stdin_closed(step: str) -> None:
-    lines = [line for line in step_script(step).splitlines() if line.strip()]
+@pytest.mark.parametrize("name", sorted(SENT))
+def test_scripts_run_everything_from_main_with_stdin_closed(name: str) -> None:
+    lines = [line for line in SENT[name].splitlines() if line.strip()]
     assert lines[-1] == 'main "$@" </dev/null'
+
+
+def test_retire_stdin_carries_its_values_verbatim_and_runs_from_main(tmp_path: Path) -> None:
+    # The assignments at the top are data (shlex-quoted), not code: bash must read back exactly what was given,
+    # even a value made to look like code, and the host script still runs only from main with stdin closed.
+    hostile = "apiVersion: v1\n# '$(touch " + str(tmp_path / "pwned") + ")' `id` \\\" ${HOME}\n"
+    text = retire_stdin(hostile)
+    assert [line for line in text.splitlines() if line.strip()][-1] == 'main "$@" </dev/null'
+    probe = (
+        text[: text.rindex("#!/usr/bin/env bash")]
+        + 'printf %s "$PGC_KUBECONFIG"; printf %s "$PGC_GUEST_SCRIPT" | wc -c\n'
+    )
+    proc = subprocess.run(["bash", "-s"], input=probe, capture_output=True, text=True, check=True)
+    assert proc.stdout.startswith(hostile) and int(proc.stdout[len(hostile) :]) == len(drain_script().encode())
+    assert not (tmp_path / "pwned").exists()
