@@ -77,7 +77,7 @@ def _join(prefix: str, path: str) -> str:
 
 # Pydantic adds the type it tried to the location of union members and tagged values; users never see those
 # names in their YAML, so they are dropped from paths.
-_INTERNAL_LOC = {"str", "dict[str,int]", "int", "function-after[known_model(), str]"}
+_INTERNAL_LOC = {"str", "dict[str,int]", "int", "function-after[known_model(), str]", "named", "geometry"}
 
 
 def problems_from_validation_error(err: ValidationError) -> list[Problem]:

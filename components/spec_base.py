@@ -7,7 +7,7 @@ import re
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 from pydantic.alias_generators import to_camel
 
 from components.catalog import CATALOG
@@ -115,7 +115,7 @@ def check_port(value: str, what: str) -> int:
 
 def check_api_endpoint(value: str) -> str:
     """``host:port`` (a DNS name or IPv4) or ``[IPv6]:port``, as kubeadm's ``apiServerEndpoint`` takes it."""
-    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\w+)|([^\[\]:]+):(\w+)", value)
+    match = re.fullmatch(r"\[([^\]]+)\]:(\w+)|([^\[\]:]+):(\w+)", value)
     if match is None:
         raise ValueError(f"expected host:port or [IPv6]:port, got {value[:80]!r}")
     if match[1] is not None:
@@ -201,5 +201,13 @@ def on_branch(version: str | None, branch: str) -> bool:
     return version is None or version.split(".")[0] == branch
 
 
-MigConfig = str | dict[str, Annotated[Int, Field(ge=0, le=64)]]
-"""A named operator MIG config (``all-1g.5gb``) or a custom geometry ``{profile: count}`` for one GPU."""
+def _mig_kind(value: object) -> str:
+    return "named" if isinstance(value, str) else "geometry"
+
+
+MigConfig = Annotated[
+    Annotated[str, Tag("named")] | Annotated[dict[str, Annotated[Int, Field(ge=0, le=64)]], Tag("geometry")],
+    Discriminator(_mig_kind),
+]
+"""A named operator MIG config (``all-1g.5gb``) or a custom geometry ``{profile: count}`` for one GPU. The input's
+shape picks the branch, so a bad geometry reports the geometry's problem, not also "not a string"."""

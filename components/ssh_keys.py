@@ -51,6 +51,8 @@ def _blob_type(blob: bytes) -> str | None:
 
 
 def _comment_problem(comment: str) -> str | None:
+    # Judged with the space that separates it from the key: that space and a leading '#' start a YAML comment.
+    comment = f" {comment}"
     if _FORBIDDEN.search(comment):
         return "the comment contains a control or line-separator character"
     if ": " in comment or comment.endswith(":"):
@@ -59,7 +61,7 @@ def _comment_problem(comment: str) -> str | None:
             "user data"
         )
     if " #" in comment:
-        return "the comment contains ' #', which starts a YAML comment in the VM's cloud-init user data"
+        return "the comment starts with or contains ' #', which starts a YAML comment in the VM's cloud-init user data"
     return None
 
 
@@ -67,6 +69,8 @@ def public_key_problem(text: str) -> str | None:
     """Why ``text`` is not an acceptable public key, or None when it is."""
     if len(text) > MAX_KEY_LENGTH:
         return f"longer than {MAX_KEY_LENGTH} characters; not a public key"
+    if text != text.strip(" "):
+        return "leading or trailing spaces (YAML would drop them)"
     parts = text.split(" ", 2)
     if len(parts) < 2:
         return "expected '<type> <base64 key> [comment]'"
