@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from components.capacity import vgpu_resource
 from components.catalog import CATALOG
 from components.inventory import vm_nodes
@@ -130,9 +132,10 @@ def example_virtual_machines(spec: ClusterSpec, namespace: str = "default") -> l
     """
     resources = sorted({d.resource_name for d in pci_host_devices(spec)})
     resources += [d.resource_name for d in mediated_devices(spec)]
-    keys = "".join(f"  - {key}\n" for key in spec.guest.ssh_public_keys)
-    # The stack's SSH keys, so whoever reaches the workers reaches the example VMs (virtctl ssh).
-    user_data = f"#cloud-config\nssh_pwauth: false\nssh_authorized_keys:\n{keys}"
+    # The stack's SSH keys, so whoever reaches the workers reaches the example VMs (virtctl ssh). Emitted, never
+    # concatenated: a key comment is data and cannot add or reshape a key of the document.
+    config = {"ssh_pwauth": False, "ssh_authorized_keys": list(spec.guest.ssh_public_keys)}
+    user_data = "#cloud-config\n" + yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=1 << 16)
     return [_virtual_machine(resource, namespace, user_data) for resource in resources]
 
 
