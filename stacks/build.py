@@ -13,6 +13,7 @@ import pulumi_kubernetes as kubernetes
 import pulumi_proxmoxve as proxmoxve
 
 from components.capacity import WorkerCapacity, capacity_table
+from components.disruption import host_reboot
 from components.dra_driver import DraDriver
 from components.gpu_monitoring import GpuMonitoring
 from components.gpu_node import GpuNodeLabels
@@ -229,6 +230,8 @@ def export(cluster: Cluster) -> None:
         },
     )
     pulumi.export("iommuChecks", cluster.proxmox.iommu_checks)
+    # Whether host prep may reboot each Proxmox node (no, when-idle, yes), so a preview says it too.
+    pulumi.export("hostReboots", {n.name: host_reboot(cluster.spec, n).may_reboot for n in cluster.spec.proxmox.nodes})
     kv = cluster.spec.kubevirt
     if kv.enabled:
         # What the KubeVirt CR permits; where HCO owns that CR, what to put into the HyperConverged CR instead.

@@ -88,7 +88,12 @@ def parse_spec(raw: Any) -> ClusterSpec:
 def load(config: pulumi.Config | None = None) -> tuple[ClusterSpec, Secrets]:
     """Load and validate the spec and every secret it needs, or raise InvalidStackConfig with all problems."""
     cfg = config or pulumi.Config(PROJECT)
-    raw = cfg.get_object(SPEC_KEY)
+    try:
+        raw = cfg.get_object(SPEC_KEY)
+    except pulumi.ConfigTypeError:
+        raise InvalidStackConfig(
+            [f"{PROJECT}:{SPEC_KEY}: expected a mapping (the cluster spec), got plain text"]
+        ) from None
     spec = parse_spec(raw)
     missing = [
         f"{PROJECT}:{s.key}: required secret is not set ({s.purpose}); pulumi config set --secret {PROJECT}:{s.key} ..."
@@ -119,6 +124,8 @@ def load(config: pulumi.Config | None = None) -> tuple[ClusterSpec, Secrets]:
 
 
 def raw_spec_from_stack_file(document: Mapping[str, Any]) -> Any:
-    """The ``cluster`` value of a parsed ``Pulumi.<stack>.yaml`` (None if absent)."""
+    """The ``cluster`` value of a parsed ``Pulumi.<stack>.yaml`` (None if absent, or if ``config`` is no mapping)."""
     config = document.get("config") or {}
+    if not isinstance(config, Mapping):
+        return None
     return config.get(f"{PROJECT}:{SPEC_KEY}", config.get(SPEC_KEY))

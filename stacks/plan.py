@@ -28,12 +28,14 @@ from typing import Any
 import yaml
 
 from components.capacity import WorkerCapacity, capacity_table
+from components.disruption import disruption, disruption_lines
 from components.kubevirt import example_virtual_machines
 from components.pci_mapping import IommuPreflightError
 from components.spec import ClusterSpec
 from components.testing import RecordedResource, Recording, RecordingMocks, redact, run
 from components.testing_pci import pci_invokes
 from stacks.config import ALL_SECRETS, PROJECT, InvalidStackConfig, parse_spec, raw_spec_from_stack_file
+from stacks.plan_inputs import InputError, read_inputs
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -102,9 +104,11 @@ def resource_entry(r: RecordedResource) -> dict[str, Any]:
     return entry
 
 
-def plan_document(stack: str, recording: Recording, capacity: Sequence[WorkerCapacity]) -> dict[str, Any]:
-    """The whole plan as plain data (what ``--json`` prints)."""
-    return {
+def plan_document(
+    stack: str, recording: Recording, capacity: Sequence[WorkerCapacity], spec: ClusterSpec | None = None
+) -> dict[str, Any]:
+    """The whole plan as plain data (what ``--json`` prints); with ``spec``, also what it may disrupt."""
+    document: dict[str, Any] = {
         "project": PROJECT,
         "stack": stack,
         "resources": [resource_entry(r) for _, r in tree_order(recording)],
@@ -112,10 +116,15 @@ def plan_document(stack: str, recording: Recording, capacity: Sequence[WorkerCap
         "capacity": [asdict(row) for row in capacity],
         "warnings": [message for level, message in recording.logs if level == "warning"],
     }
+    if spec is not None:
+        document["disruption"] = disruption(spec)
+    return document
 
 
-def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapacity]) -> str:
-    """Human-readable plan: resource tree, capacity table, warnings."""
+def render_text(
+    stack: str, recording: Recording, capacity: Sequence[WorkerCapacity], spec: ClusterSpec | None = None
+) -> str:
+    """Human-readable plan: resource tree, capacity table, IOMMU checks, disruption (with ``spec``), warnings."""
     ordered = tree_order(recording)
     lines = [f"Offline plan of stack '{stack}' (Pulumi mock engine; nothing was contacted)", ""]
     lines.append(f"Resources ({len(ordered)}):")
@@ -141,9 +150,13 @@ def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapac
             how = (
                 "preflight now, from the node's PCI device list"
                 if check == "plan"
-                else "deferred: IOMMU groups unknown until host prep reboots the node; its verify step checks them"
+                else "deferred to host verify: the groups change when host prep reboots the node (IOMMU off, or "
+                "the ACS override requested); its verify step checks them"
             )
             lines.append(f"  {node}: {how}")
+    if spec is not None:
+        lines += ["", "Disruption (what this stack may reboot, drain or replace; each step checks again):"]
+        lines += [f"  {line}" for line in disruption_lines(spec)]
     warnings = [m for level, m in recording.logs if level == "warning"]
     if warnings:
         lines += ["", "Warnings:", *(f"  {w}" for w in warnings)]
@@ -179,28 +192,6 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _represent_str)
 
 
-PVESH_KEYS = {
-    "iommugroup": "iommuGroup",
-    "subsystem_vendor": "subsystemVendor",
-    "subsystem_device": "subsystemDevice",
-    "vendor_name": "vendorName",
-    "device_name": "deviceName",
-    "subsystem_vendor_name": "subsystemVendorName",
-    "subsystem_device_name": "subsystemDeviceName",
-}
-"""The Proxmox API's snake-case PCI fields -> the provider's ``get_pci`` fields."""
-
-
-def read_pci_file(path: Path) -> list[dict[str, Any]]:
-    """A node's PCI device list as ``get_pci`` returns it, from the JSON of
-    ``pvesh get /nodes/<node>/hardware/pci --pci-class-blacklist "" --output-format json`` (the API's own
-    field names) or a list already in the provider's spelling. ValueError when it is neither."""
-    data = json.loads(path.read_text())
-    if not isinstance(data, list) or not all(isinstance(d, dict) and "id" in d for d in data):
-        raise ValueError("expected a JSON list of PCI devices with an 'id' each (pvesh ... --output-format json)")
-    return [{PVESH_KEYS.get(k, k): v for k, v in d.items()} for d in data]
-
-
 def plan(
     stack: str, document: Mapping[str, Any], main: Path, pci: Mapping[str, list[dict[str, Any]]] | None = None
 ) -> tuple[Recording, list[WorkerCapacity]]:
@@ -217,32 +208,6 @@ def plan(
         mocks=RecordingMocks(invokes=pci_invokes(spec, pci)),
     )
     return recording, capacity_table(spec)
-
-
-class InputError(Exception):
-    """A file given on the command line cannot be used; ``lines`` says why."""
-
-    def __init__(self, line: str) -> None:
-        self.lines = [line]
-        super().__init__(line)
-
-
-def read_inputs(path: Path, pci_args: Sequence[str]) -> tuple[Mapping[str, Any], dict[str, list[dict[str, Any]]]]:
-    """The parsed stack file and the ``--pci NODE=FILE`` device lists (InputError when one is unusable)."""
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise InputError(f"{path}: {err}") from None
-    if not isinstance(document, Mapping):
-        raise InputError(f"{path}: expected a YAML mapping with a 'config' key")
-    pci: dict[str, list[dict[str, Any]]] = {}
-    for item in pci_args:
-        node, _, file = item.partition("=")
-        try:
-            pci[node] = read_pci_file(Path(file))
-        except (OSError, ValueError) as err:
-            raise InputError(f"--pci {item}: {err}") from None
-    return document, pci
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -285,9 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         # Input key order comes from the mock engine's async serialization and differs between runs; sorting
         # makes the plan byte-identical across processes, so CI can diff it.
-        print(json.dumps(plan_document(args.stack, recording, capacity), indent=2, sort_keys=True, default=str))
+        document = plan_document(args.stack, recording, capacity, spec)
+        print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
-        print(render_text(args.stack, recording, capacity), end="")
+        print(render_text(args.stack, recording, capacity, spec), end="")
     if args.out:
         count = write_inputs(args.out, recording)
         print(f"wrote {count} input files under {args.out}", file=sys.stderr)

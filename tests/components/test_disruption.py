@@ -1,0 +1,43 @@
+"""What a spec may disrupt (pure): per Proxmox node whether host prep may reboot it, and the worker removal order."""
+
+from __future__ import annotations
+
+from components.disruption import disruption, disruption_lines, host_reboot
+from components.spec import load_spec
+from tests.support import base_spec
+
+
+def test_each_policy() -> None:
+    cases = {"when-idle": "when-idle", "always": "yes", "never": "no"}
+    for policy, may in cases.items():
+        raw = base_spec()
+        raw["proxmox"]["nodes"][1].update(hostPrep=True, rebootPolicy=policy)
+        spec = load_spec(raw)
+        reboot = host_reboot(spec, spec.node("pve2"))
+        assert reboot.may_reboot == may and reboot.reason == "intel_iommu=on iommu=pt"
+        assert reboot.workers == ("ts-1",)
+    spec = load_spec(base_spec())
+    assert host_reboot(spec, spec.node("pve1")).text == "pve1: no host prep; never changed or rebooted by this stack"
+
+
+def test_lines_and_document() -> None:
+    raw = base_spec()
+    raw["proxmox"]["nodes"][1].update(hostPrep=True, rebootPolicy="always")
+    raw["workers"][2]["protect"] = True
+    raw["kubernetes"]["drain"] = {"timeoutSeconds": 120}
+    spec = load_spec(raw)
+    lines = disruption_lines(spec)
+    assert lines[1] == (
+        "Proxmox node pve2: may reboot only if its running kernel lacks intel_iommu=on iommu=pt, even with guests "
+        "running (rebootPolicy always); this stack's VMs there go down with it: ts-1"
+    )
+    assert "drained (at most 120 s, PodDisruptionBudgets respected), reset (kubeadm reset)" in lines[2]
+    assert lines[3] == "Protected from replacement and removal: ts-1"
+    document = disruption(spec)
+    assert document["workerRemoval"] == {
+        "order": ["cordon", "drain", "kubeadm reset", "delete Node", "destroy VM"],
+        "drainTimeoutSeconds": 120,
+        "protected": ["ts-1"],
+    }
+    raw["kubernetes"]["joinMethod"] = "none"
+    assert "kubeadm reset" not in disruption(load_spec(raw))["workerRemoval"]["order"]  # type: ignore[index]
