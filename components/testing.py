@@ -133,6 +133,8 @@ class Recording:
     invokes: list[RecordedInvoke] = field(default_factory=list)
     logs: list[tuple[str, str]] = field(default_factory=list)
     """(level, message) for every pulumi.log call."""
+    duplicate_urns: list[str] = field(default_factory=list)
+    """URNs registered more than once (``run`` raises DuplicateUrnError for the first)."""
 
     @property
     def stack(self) -> RecordedResource:
@@ -251,8 +253,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         if any(r.urn == response.urn for r in self.recording.resources):
-            # What the engine answers (pkg/engine: TestDuplicateURN); the mock monitor alone would accept it.
-            raise DuplicateUrnError(response.urn)
+            # The engine refuses it (pkg/engine: TestDuplicateURN); the mock monitor alone would accept it. Raised by
+            # run() once the program has settled: failing this RPC would leave the SDK's futures half-resolved.
+            self.recording.duplicate_urns.append(response.urn)
         state = self.resources.get(response.urn)
         self.recording.resources.append(
             RecordedResource(
@@ -361,6 +364,8 @@ def run(
 
     try:
         _sync_await(run_pulumi_func(body))
+        if recording.duplicate_urns:
+            raise DuplicateUrnError(recording.duplicate_urns[0])
         root = ROOT.get()
         if root is not None:
             # The mock engine finishes the root stack before the program runs, so exports never reach

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components.spec import load_spec
 from components.testing import Recording, RecordingMocks, is_secret, run
-from components.testing_pci import pci_invokes
+from components.testing_pci import pci_invokes, spec_shaped_pci
 from stacks.build import build, export
 from stacks.config import load
 
@@ -168,9 +169,28 @@ def plan_stack(
     raw: dict[str, Any],
     devices: dict[str, list[dict[str, Any]]] | None = None,
     recording: Recording | None = None,
+    stack: str = "test",
 ) -> Recording:
-    """Run the stack program (build, then export) for ``raw`` with the canary secrets under mocks. ``get_pci``
-    answers from ``devices`` (node -> device list) where given, else like the spec's hosts."""
+    """Run the stack program (build, then export) for ``raw`` with the canary secrets under mocks, as ``stack``.
+    ``get_pci`` answers from ``devices`` (node -> device list) where given, else like the spec's hosts."""
     config, keys = stack_config(raw)
     mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
-    return run(lambda: export(build(*load())), config=config, secret_keys=keys, mocks=mocks, recording=recording)
+    return run(
+        lambda: export(build(*load())), stack=stack, config=config, secret_keys=keys, mocks=mocks, recording=recording
+    )
+
+
+def prod_spec() -> dict[str, Any]:
+    """The cluster spec of Pulumi.prod.yaml."""
+    document = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    spec: dict[str, Any] = document["config"]["proxmox-gpu-cluster:cluster"]
+    return spec
+
+
+def shared_group(spec_raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """pve2's device list shaped like the spec, plus an I210 NIC in the same IOMMU group as its GPU a10-1."""
+    devices = spec_shaped_pci(load_spec(spec_raw), "pve2")
+    nic = dict(devices[-1], id="0000:19:00.0", vendor="0x8086", device="0x1533", deviceName="I210 Gigabit",
+               **{"class": "0x020000"})  # fmt: skip
+    nic["iommuGroup"] = devices[-1]["iommuGroup"]  # same group as a10-1
+    return {"pve2": [*devices, nic]}

@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.testing import REDACTED, RecordingMocks, is_secret, redact, run
+from components.testing import REDACTED, DuplicateUrnError, RecordingMocks, is_secret, redact, run
 
 
 class Widget(pulumi.ComponentResource):
@@ -97,3 +97,22 @@ def test_program_errors_propagate() -> None:
 def test_warnings_are_captured() -> None:
     rec = run(lambda: pulumi.log.warn("careful"))
     assert ("warning", "careful") in rec.logs
+
+
+def test_a_duplicate_urn_is_refused_like_the_engine_does() -> None:
+    def twice() -> None:
+        provider = k8s.Provider("k8s")
+        Widget("same", provider)
+        Widget("same", provider)
+
+    with pytest.raises(DuplicateUrnError, match=r"Duplicate resource URN '.*::same'; try giving it a unique name"):
+        run(twice)
+
+
+def test_the_same_name_under_another_type_is_fine() -> None:
+    def program() -> None:
+        provider = k8s.Provider("k8s")
+        k8s.core.v1.Namespace("x", opts=pulumi.ResourceOptions(provider=provider))
+        k8s.core.v1.ConfigMap("x", opts=pulumi.ResourceOptions(provider=provider))
+
+    assert len(run(program).of_type("kubernetes:core/v1:ConfigMap")) == 1

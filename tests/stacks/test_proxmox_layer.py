@@ -12,7 +12,7 @@ from components.sharing import short_hash
 from components.spec import load_spec
 from components.testing import Recording, redact
 from components.testing_pci import spec_shaped_pci
-from tests.support import base_spec, make_vm_worker, plan_stack
+from tests.support import base_spec, make_vm_worker, plan_stack, shared_group
 
 SCOPE = StackScope("proxmox-gpu-cluster", "test")
 """The project and stack ``components.testing.run`` plans as."""
@@ -72,6 +72,9 @@ def test_vm_inputs() -> None:
     assert i["disks"][0]["fileId"] == f"{image.name}-id" and i["disks"][0]["size"] == 100
     assert vm.protect is True and rec.named("mig-2-vm").protect is False
     assert "hostpcis[*].id" in vm.ignore_changes
+    # day 2: delete-first replacement, no provider-initiated restarts, boot inputs never replace a running VM
+    assert vm.delete_before_replace and i["rebootAfterUpdate"] is False
+    assert {"disks[*].fileId", "clone", "initialization.vendorDataFileId"} <= set(vm.ignore_changes)
     ts1 = rec.named("ts-1-vm").plain_inputs["initialization"]
     assert ts1["ipConfigs"] == [{"ipv4": {"address": "192.0.2.60/24", "gateway": "192.0.2.1"}}]
     assert ts1["dns"] == {"servers": ["192.0.2.1"]}
@@ -120,14 +123,6 @@ def test_no_host_prep_without_opt_in() -> None:
     rec = plan_stack(base_spec())
     assert rec.of_type("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep") == []
     assert len(rec.of_type(VM)) == 3
-
-
-def shared_group(spec_raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    devices = spec_shaped_pci(load_spec(spec_raw), "pve2")
-    nic = dict(devices[-1], id="0000:19:00.0", vendor="0x8086", device="0x1533", deviceName="I210 Gigabit",
-               **{"class": "0x020000"})  # fmt: skip
-    nic["iommuGroup"] = devices[-1]["iommuGroup"]  # same group as a10-1
-    return {"pve2": [*devices, nic]}
 
 
 def failing(raw: dict[str, Any], devices: dict[str, list[dict[str, Any]]]) -> tuple[str, Recording]:

@@ -1,0 +1,45 @@
+"""WorkerRetirement on its own under the recording mock: one command on the Proxmox node whose create checks the
+guest agent and whose delete retires the node; the kubeconfig stays a secret on stdin."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_command as command
+
+from components.spec import DrainSpec
+from components.testing import is_secret, run
+from components.worker_retirement import WorkerRetirement
+from tests.support import plain_strings
+
+
+def test_minimal_args() -> None:
+    def program() -> None:
+        vm = command.local.Command("vm", command.local.CommandArgs(create="true"))  # stands in for a VM
+        WorkerRetirement(
+            "w1-retirement",
+            node_name="w1",
+            vmid=2001,
+            host="192.0.2.11",
+            ssh_user="admin",
+            ssh_private_key=pulumi.Output.secret("KEY"),
+            kubeconfig="CANARY-KUBECONFIG",
+            drain=DrainSpec.model_validate({"timeoutSeconds": 300, "force": True}),
+            kubeadm_reset=False,
+            provider=command.Provider("cmd"),
+            protect=True,
+            replace_with=[vm],
+        )
+
+    rec = run(program)
+    component = rec.one("proxmox-gpu-cluster:worker_retirement:WorkerRetirement")
+    (step,) = rec.children(component)
+    assert step.name == "w1-retirement-drain" and step.protect
+    assert step.replace_with == [rec.named("vm").urn]
+    inputs = step.plain_inputs
+    guest = "--node-name w1 --timeout 300 --delete-emptydir-data 1 --force 1 --kubeadm-reset 0"
+    assert inputs["create"] == f"sudo -n bash -s -- --vmid 2001 --node-name w1 --timeout 300 --check 1 -- {guest}"
+    assert inputs["delete"] == inputs["create"].replace("--check 1", "--check 0")
+    assert inputs["stdin"].startswith("PGC_KUBECONFIG=CANARY-KUBECONFIG\nPGC_GUEST_SCRIPT=")
+    assert is_secret(step.inputs["stdin"])  # a plain kubeconfig argument still travels as a secret
+    assert not [s for s in plain_strings(step.inputs) if "CANARY" in s]
+    assert component.outputs.keys() == {"ready"}
