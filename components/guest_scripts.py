@@ -47,9 +47,10 @@ def drain_script() -> str:
     return script("guest_lib.sh") + "\n" + script("guest_drain.sh")
 
 
-def drain_args(node_name: str, drain: DrainSpec, kubeadm_reset: bool) -> list[str]:
-    """guest_drain.sh arguments (the kubeconfig is never one: see ``retire_stdin``)."""
-    args = ["--node-name", node_name, "--timeout", str(drain.timeout_seconds)]
+def drain_args(node_name: str, api_endpoint: str, drain: DrainSpec, kubeadm_reset: bool) -> list[str]:
+    """guest_drain.sh arguments (the kubeconfig is never one: see ``retire_stdin``). ``api_endpoint``: the address
+    the node joined through, which kubectl in the guest uses instead of the kubeconfig's server."""
+    args = ["--node-name", node_name, "--api-endpoint", api_endpoint, "--timeout", str(drain.timeout_seconds)]
     args += ["--delete-emptydir-data", _flag(drain.delete_emptydir_data), "--force", _flag(drain.force)]
     return [*args, "--kubeadm-reset", _flag(kubeadm_reset)]
 

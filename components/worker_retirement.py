@@ -42,6 +42,7 @@ class WorkerRetirement(pulumi.ComponentResource):
         ssh_user: str,
         ssh_private_key: pulumi.Input[str],
         kubeconfig: pulumi.Input[str],
+        api_endpoint: str,
         drain: DrainSpec,
         kubeadm_reset: bool,
         provider: command.Provider,
@@ -51,9 +52,12 @@ class WorkerRetirement(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``node_name``: the Kubernetes node (the VM name). ``host``/``ssh_user``: the Proxmox node the VM runs on
-        (root, or passwordless sudo). ``kubeadm_reset``: the node joined with kubeadm."""
+        (root, or passwordless sudo). ``api_endpoint``: the API server ``host:port`` the node joined through (kubectl
+        in the guest uses it; the kubeconfig's own server may be an address only the operator reaches), and the
+        kubeconfig must carry its credentials (a client certificate or token; an exec plugin cannot run in the
+        guest). ``kubeadm_reset``: the node joined with kubeadm."""
         super().__init__("proxmox-gpu-cluster:worker_retirement:WorkerRetirement", name, None, opts)
-        guest = drain_args(node_name, drain, kubeadm_reset)
+        guest = drain_args(node_name, api_endpoint, drain, kubeadm_reset)
 
         def run(*, check: bool) -> str:
             return remote_command(ssh_user, retire_args(vmid, node_name, drain.timeout_seconds, guest, check=check))

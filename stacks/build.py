@@ -132,6 +132,7 @@ def build_retirements(
             ssh_user=spec.proxmox.ssh_user,
             ssh_private_key=secrets.ssh_private_key,
             kubeconfig=secrets.kubeconfig,
+            api_endpoint=spec.kubernetes.api_endpoint,
             drain=spec.kubernetes.drain,
             kubeadm_reset=spec.kubernetes.join_method == "kubeadm",
             provider=provider,

@@ -3,8 +3,10 @@
 # PodDisruptionBudgets are respected; bounded), `kubeadm reset`, and delete the Node object. Sent after
 # guest_lib.sh; on worker VMs the Proxmox node runs it through the QEMU guest agent (retire_vm.sh).
 #
-# Usage: guest_drain.sh --node-name NAME --timeout SECONDS [--delete-emptydir-data 0|1] [--force 0|1]
-#                       [--kubeadm-reset 0|1]
+# Usage: guest_drain.sh --node-name NAME --api-endpoint HOST:PORT --timeout SECONDS [--delete-emptydir-data 0|1]
+#                       [--force 0|1] [--kubeadm-reset 0|1]
+# kubectl talks to --api-endpoint (the address the node joined through, which it can reach and whose certificate
+# the cluster CA signs), not to the server in the kubeconfig, which may be an address only the operator reaches.
 # The admin kubeconfig is never an argument or an environment variable: it arrives as the shell variable
 # PGC_KUBECONFIG assigned at the top of this script's stdin, is written to a mode-600 file under /run for kubectl
 # and removed when the step ends, and is never printed.
@@ -14,10 +16,11 @@ set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="retire"
 
-node_name="" timeout="" emptydir=1 force=0 reset=0
+node_name="" api_endpoint="" timeout="" emptydir=1 force=0 reset=0
 while (($#)); do
   case "$1" in
   --node-name) node_name="$2" ;;
+  --api-endpoint) api_endpoint="$2" ;;
   --timeout) timeout="$2" ;;
   --delete-emptydir-data) emptydir="$2" ;;
   --force) force="$2" ;;
@@ -27,6 +30,8 @@ while (($#)); do
   shift 2
 done
 [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
+[[ "$api_endpoint" =~ ^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$ ]] ||
+  fail "--api-endpoint" "host:port or [IPv6]:port" "'$api_endpoint'"
 [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
 for flag in "$emptydir" "$force" "$reset"; do
   [[ "$flag" =~ ^[01]$ ]] || fail "flags" "0 or 1" "'$flag'"
@@ -35,7 +40,7 @@ done
 KUBECONFIG_FILE="" # global: the EXIT trap removes it after main has returned
 
 kube() {
-  kubectl --kubeconfig "$KUBECONFIG_FILE" --request-timeout=30s "$@"
+  kubectl --kubeconfig "$KUBECONFIG_FILE" --server "https://$api_endpoint" --request-timeout=30s "$@"
 }
 
 # remaining_pods: namespace/name of every pod still on the node that a drain moves (not DaemonSet or mirror pods).

@@ -3,7 +3,7 @@
 # repository for one minor version (held), then `kubeadm join`. A node that has joined already is left alone.
 # Sent after guest_lib.sh.
 #
-# Usage: guest_join.sh --node-name NAME --api-endpoint HOST:PORT --minor NN
+# Usage: guest_join.sh --node-name NAME --api-endpoint HOST:PORT|[IPV6]:PORT --minor NN
 # The bootstrap token and the CA cert hash are never arguments (a process list shows those): they arrive as
 # shell variables PGC_JOIN_TOKEN and PGC_CA_CERT_HASH assigned at the top of this script's stdin, are never
 # printed, and reach kubeadm inside a root-only JoinConfiguration file that is removed when the step ends.
@@ -22,7 +22,8 @@ while (($#)); do
   shift 2
 done
 [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
-[[ "$api_endpoint" =~ ^[A-Za-z0-9.-]+:[0-9]{1,5}$ ]] || fail "--api-endpoint" "host:port" "'$api_endpoint'"
+[[ "$api_endpoint" =~ ^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$ ]] ||
+  fail "--api-endpoint" "host:port or [IPv6]:port" "'$api_endpoint'"
 [[ "$minor" =~ ^[0-9]{2}$ ]] || fail "--minor" "a two-digit minor version" "'$minor'"
 
 KUBELET_CONF="/etc/kubernetes/kubelet.conf"

@@ -23,6 +23,7 @@ def test_minimal_args() -> None:
             ssh_user="admin",
             ssh_private_key=pulumi.Output.secret("KEY"),
             kubeconfig="CANARY-KUBECONFIG",
+            api_endpoint="[2001:db8::10]:6443",
             drain=DrainSpec.model_validate({"timeoutSeconds": 300, "force": True}),
             kubeadm_reset=False,
             provider=command.Provider("cmd"),
@@ -36,7 +37,7 @@ def test_minimal_args() -> None:
     assert step.name == "w1-retirement-drain" and step.protect
     assert step.replace_with == [rec.named("vm").urn]
     inputs = step.plain_inputs
-    guest = "--node-name w1 --timeout 300 --delete-emptydir-data 1 --force 1 --kubeadm-reset 0"
+    guest = "--node-name w1 --api-endpoint '[2001:db8::10]:6443' --timeout 300 --delete-emptydir-data 1 --force 1 --kubeadm-reset 0"
     assert inputs["create"] == f"sudo -n bash -s -- --vmid 2001 --node-name w1 --timeout 300 --check 1 -- {guest}"
     assert inputs["delete"] == inputs["create"].replace("--check 1", "--check 0")
     assert inputs["stdin"].startswith("PGC_KUBECONFIG=CANARY-KUBECONFIG\nPGC_GUEST_SCRIPT=")

@@ -110,8 +110,8 @@ def test_the_retirement_waits_for_the_node_and_is_protected_with_the_vm() -> Non
     assert drain.protect and drain.replace_with == [rec.named("gpu-a10-b-vm").urn]
     inputs = drain.plain_inputs
     assert inputs["connection"]["host"] == "10.20.0.12"  # the Proxmox node, not the guest
-    assert inputs["create"].endswith("--check 1 -- --node-name gpu-a10-b --timeout 600 --delete-emptydir-data 1 "
-                                     "--force 0 --kubeadm-reset 1")  # fmt: skip
+    assert inputs["create"].endswith("--check 1 -- --node-name gpu-a10-b --api-endpoint k8s-api.prod.internal:6443 "
+                                     "--timeout 600 --delete-emptydir-data 1 --force 0 --kubeadm-reset 1")  # fmt: skip
     assert inputs["addPreviousOutputInEnv"] is False
     assert is_secret(drain.inputs["stdin"]) and "stdin" in drain.additional_secret_outputs
     assert SECRETS["kubeconfig"] in inputs["stdin"]

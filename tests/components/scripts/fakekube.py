@@ -28,12 +28,14 @@ with open(state_path + ".modes", "a") as m:
     m.write(oct(stat.S_IMODE(os.stat(config).st_mode)) + "\n")
 if open(config).read().rstrip("\n") != expected.rstrip("\n"):
     sys.exit(print("error: You must be logged in to the server (Unauthorized)", file=sys.stderr) or 1)
+server = args[args.index("--server") + 1] if "--server" in args else None
 args = [a for a in args if not a.startswith("--request-timeout")]
-args = [a for i, a in enumerate(args) if a != "--kubeconfig" and (i == 0 or args[i - 1] != "--kubeconfig")]
+for flag in ("--kubeconfig", "--server"):
+    args = [a for i, a in enumerate(args) if a != flag and (i == 0 or args[i - 1] != flag)]
 with open(state_path, "r+") as f:
     fcntl.flock(f, fcntl.LOCK_EX)
     state = json.load(f)
-    if state.get("api_down"):
+    if state.get("api_down") or server != state["server"]:
         sys.exit(print("The connection to the server 10.0.0.1:6443 was refused", file=sys.stderr) or 1)
     out, code = [], 0
     verb = args[0]
@@ -123,11 +125,16 @@ class FakeCluster:
 
     path: Path
     kubeconfig: str
+    server: str = "https://k8s.example.test:6443"
+    """The only address the API server answers on from the guests (the join endpoint)."""
     nodes: list[str] = field(default_factory=list)
     pods: list[Pod] = field(default_factory=list)
 
     def save(self, api_down: bool = False) -> None:
-        state = {"nodes": self.nodes, "cordoned": [], "pods": [vars(p) for p in self.pods], "api_down": api_down}
+        state = {
+            "nodes": self.nodes, "cordoned": [], "pods": [vars(p) for p in self.pods], "api_down": api_down,
+            "server": self.server,
+        }  # fmt: skip
         self.path.write_text(json.dumps(state))
         (self.path.parent / "expected-kubeconfig").write_text(self.kubeconfig)
 

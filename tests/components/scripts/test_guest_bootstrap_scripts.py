@@ -257,6 +257,12 @@ def test_join_keeps_the_secrets_out_of_arguments_output_and_disk(guest: FakeGues
     assert TOKEN not in everything and HASH not in everything and TOKEN.split(".")[1] not in everything
 
 
+def test_join_through_an_ipv6_api_endpoint(guest: FakeGuest) -> None:
+    r = guest.step("join", *join_args(spec(apiEndpoint="[2001:db8::10]:6443")), secrets=SECRETS)
+    assert r.returncode == 0, r.stderr
+    assert 'apiServerEndpoint: "[2001:db8::10]:6443"' in guest.read("join-config")
+
+
 def test_join_refuses_a_malformed_token_without_showing_it(guest: FakeGuest) -> None:
     bad = {"PGC_JOIN_TOKEN": "abcdef.NOT-A-TOKEN-$(id)", "PGC_CA_CERT_HASH": HASH}
     r = guest.step("join", *join_args(spec()), secrets=bad)

@@ -23,6 +23,8 @@ from tests.components.scripts.fakeroot import FakeRoot, Result
 
 KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user: {token: CANARY-ADMIN-TOKEN}\n"
 NODE = "gpu-a10-a"
+ENDPOINT = "k8s.example.test:6443"
+"""The join endpoint: the kubeconfig's own server ("10.0.0.1:6443" in the fake) is not reachable from a guest."""
 
 
 @pytest.fixture
@@ -52,7 +54,7 @@ def guest(tmp_path: Path, cluster: FakeCluster) -> FakeGuest:
 def drain(guest: FakeRoot, node: str = NODE, **settings: object) -> Result:
     spec = DrainSpec.model_validate({"timeoutSeconds": 600, **settings})
     stdin = assignments({KUBECONFIG_VAR: KUBECONFIG}) + drain_script()
-    return guest.run_stdin(stdin, *drain_args(node, spec, kubeadm_reset=True))
+    return guest.run_stdin(stdin, *drain_args(node, ENDPOINT, spec, kubeadm_reset=True))
 
 
 def assert_no_leak(result: Result, guest: FakeRoot) -> None:
@@ -77,6 +79,7 @@ def test_drain_success_cordons_evicts_resets_and_deletes_the_node(guest: FakeGue
     drain_call = next(c for c in r.calls if c.startswith("kubectl") and " drain " in c)
     assert "--ignore-daemonsets" in drain_call and "--timeout=600s" in drain_call
     assert "--delete-emptydir-data" in drain_call and "--force" not in drain_call
+    assert all("--server https://k8s.example.test:6443" in c for c in r.calls if c.startswith("kubectl"))
     assert set(cluster.modes()) == {"0o600"}
     assert_no_leak(r, guest)
 
@@ -153,7 +156,7 @@ def host(tmp_path: Path, guest: FakeGuest) -> FakeRoot:
 
 
 def retire(host: FakeRoot, *, check: bool = False, timeout: int = 600) -> Result:
-    guest_args = drain_args(NODE, DrainSpec.model_validate({"timeoutSeconds": timeout}), kubeadm_reset=True)
+    guest_args = drain_args(NODE, ENDPOINT, DrainSpec.model_validate({"timeoutSeconds": timeout}), kubeadm_reset=True)
     return host.run_stdin(retire_stdin(KUBECONFIG), *retire_args(3201, NODE, timeout, guest_args, check=check))
 
 
@@ -163,7 +166,10 @@ def test_retire_through_the_guest_agent(host: FakeRoot, guest: FakeGuest, cluste
     assert r.stdout.splitlines()[-1] == f"retire: deleted Node {NODE}"
     assert NODE not in cluster.state()["nodes"]
     exec_call = next(c for c in r.calls if c.startswith("qm guest exec"))
-    assert exec_call.startswith("qm guest exec 3201 --pass-stdin 1 --timeout 780 -- bash -s -- --node-name gpu-a10-a")
+    assert exec_call.startswith(
+        "qm guest exec 3201 --pass-stdin 1 --timeout 780 -- bash -s -- --node-name gpu-a10-a --api-endpoint "
+        "k8s.example.test:6443"
+    )
     assert_no_leak(r, guest)
 
 
