@@ -249,13 +249,15 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def __init__(self, mocks: RecordingMocks, recording: Recording) -> None:
         super().__init__(mocks)
         self.recording = recording
+        self.urns: set[str] = set()
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
-        if any(r.urn == response.urn for r in self.recording.resources):
+        if response.urn in self.urns:
             # The engine refuses it (pkg/engine: TestDuplicateURN); the mock monitor alone would accept it. Raised by
             # run() once the program has settled: failing this RPC would leave the SDK's futures half-resolved.
             self.recording.duplicate_urns.append(response.urn)
+        self.urns.add(response.urn)
         state = self.resources.get(response.urn)
         self.recording.resources.append(
             RecordedResource(

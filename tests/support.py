@@ -194,3 +194,15 @@ def shared_group(spec_raw: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                **{"class": "0x020000"})  # fmt: skip
     nic["iommuGroup"] = devices[-1]["iommuGroup"]  # same group as a10-1
     return {"pve2": [*devices, nic]}
+
+
+def spec_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key/index path into a raw spec (the root's empty path first), for mutation tests."""
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += spec_paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += spec_paths(v, (*prefix, i))
+    return out

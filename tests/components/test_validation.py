@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from components.errors import SpecError
 from components.spec import ClusterSpec, load_spec
-from tests.support import VGPU_MANAGER, base_spec, make_vm_worker
+from tests.support import VGPU_MANAGER, base_spec, make_vm_worker, spec_paths
 
 Spec = dict[str, Any]
 
@@ -368,23 +368,12 @@ _LEAVES = st.one_of(
 )  # fmt: skip
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_mutations_only_raise_spec_errors(data: st.DataObject) -> None:
     spec = base_spec()
     for _ in range(data.draw(st.integers(1, 4))):
-        paths = [p for p in _paths(spec) if p]
+        paths = [p for p in spec_paths(spec) if p]
         path = data.draw(st.sampled_from(paths))
         parent: Any = spec
         for part in path[:-1]:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from components.catalog import CATALOG
 from components.errors import SpecError
 from components.spec import load_spec
-from tests.support import base_spec, make_vm_worker
+from tests.support import base_spec, make_vm_worker, spec_paths
 
 Spec = dict[str, Any]
 C = "cluster"
@@ -291,23 +291,12 @@ ODD = st.one_of(
 )
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_odd_values_anywhere_only_raise_spec_errors(data: st.DataObject) -> None:
     spec = base_spec()
     for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from([p for p in _paths(spec) if p]))
+        path = data.draw(st.sampled_from([p for p in spec_paths(spec) if p]))
         parent: Any = spec
         for part in path[:-1]:
             parent = parent[part]
