@@ -10,6 +10,7 @@ warning), two nodes retired at once against one cluster, and the kubeconfig neve
 from __future__ import annotations
 
 import concurrent.futures
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,22 @@ from components.spec import DrainSpec
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import FakeCluster, Pod, install_qm
 from tests.components.scripts.fakeroot import FakeRoot, Result
+from tests.support import external
 
 KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user: {token: CANARY-ADMIN-TOKEN}\n"
 NODE = "gpu-a10-a"
 ENDPOINT = "k8s.example.test:6443"
 """The join endpoint: the kubeconfig's own server ("10.0.0.1:6443" in the fake) is not reachable from a guest."""
+
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    # The fake kubectl and qm are Python scripts run by the system interpreter (the fake root's PATH is
+    # stubs:/usr/bin:/bin), and retire_vm.sh reads qm's JSON with perl's JSON::PP, as a Proxmox node does.
+    external(Path("/usr/bin/python3"), "python3", "install it with: apt-get install python3")
+    perl = external(Path("/usr/bin/perl"), "perl", "install it with: apt-get install perl")
+    if subprocess.run([str(perl), "-MJSON::PP", "-e", "1"], capture_output=True, check=False).returncode:
+        external(Path("/nonexistent/JSON/PP.pm"), "perl's JSON::PP", "install it with: apt-get install perl")
 
 
 @pytest.fixture
