@@ -8,9 +8,8 @@ import pulumi
 import pulumi_proxmoxve as proxmoxve
 
 from components.cloud_init import vendor_data
-from components.names import StackScope
+from components.names import StackScope, short_hash
 from components.outputs import current_scope
-from components.sharing import short_hash
 from components.spec import Image, ProxmoxNode
 
 

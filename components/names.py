@@ -21,9 +21,14 @@ _SLUG_LENGTH = 20
 _STEM_LENGTH = 60
 
 
+def short_hash(text: str, length: int = 10) -> str:
+    """A short, stable hash of ``text`` (what every content-addressed or scoped name carries)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
 def _hash(*parts: str) -> str:
     # NUL cannot occur in any part, so different part lists never hash the same text.
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
+    return short_hash("\0".join(parts), 8)
 
 
 def _slug(text: str, length: int) -> str:

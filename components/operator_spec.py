@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from components.dcgm_fields import ALERT_FIELDS, DEFAULT_FIELDS, KNOWN_FIELDS, MetricType
 from components.errors import Problem, SpecViolations
-from components.spec_base import DriverBranch, DriverVersion, Int, Name, SpecModel, on_branch
+from components.spec_base import LINE_BREAKERS, DriverBranch, DriverVersion, Int, Name, SpecModel, on_branch
 
 LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
@@ -21,7 +21,7 @@ class DcgmMetric(SpecModel):
     field: str = Field(pattern=r"^DCGM_FI_[A-Z0-9_]+$", description="DCGM field identifier.")
     type: MetricType = Field(description="Prometheus metric type.")
     help: str = Field(
-        pattern="^[^,\x00-\x1f\x7f-\x9f\u2028\u2029]+$",
+        pattern=f"^[^,{LINE_BREAKERS}]+$",
         max_length=512,
         description="Help text on one line; no commas (the exporter parses the file as CSV).",
     )

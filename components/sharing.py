@@ -7,7 +7,6 @@ name; the name then flows into the operator's Helm values and rolls the plugin.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,16 +16,12 @@ import yaml
 from components.capacity import worker_capacity
 from components.catalog import CATALOG
 from components.inventory import worker_gpus
+from components.names import short_hash
 from components.operator_values import DRA_NODE_LABEL
 from components.spec import ClusterSpec, KubeVirtNode, Worker
 
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
 MIG_DISABLED = "all-disabled"
-
-
-def short_hash(text: str, length: int = 10) -> str:
-    """A short, stable hash of ``text``."""
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 def content_hash(data: Mapping[str, str], length: int = 10) -> str:

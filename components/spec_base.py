@@ -12,6 +12,9 @@ from pydantic.alias_generators import to_camel
 
 from components.catalog import CATALOG
 
+LINE_BREAKERS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+"""A regex character-class body: C0 and C1 control characters, DEL, and the Unicode line and paragraph separators
+that YAML and terminals treat as line breaks (U+0085 NEL is C1). One-line text never holds them."""
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 PCI_PATH = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}$"
 VENDOR_DEVICE = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$"
@@ -137,7 +140,7 @@ MAX_URL_LENGTH = 2048
 
 def check_http_url(value: str) -> str:
     """An http(s) URL with a valid host and port and no whitespace or control characters."""
-    if len(value) > MAX_URL_LENGTH or re.search(r"[\s\x00-\x1f\x7f-\x9f\u2028\u2029]", value):
+    if len(value) > MAX_URL_LENGTH or re.search(rf"[\s{LINE_BREAKERS}]", value):
         raise ValueError("expected an http(s) URL without spaces or control characters")
     try:
         parts = urlsplit(value)
@@ -192,7 +195,7 @@ BridgeId = Annotated[str, Field(pattern=r"^[-_.A-Za-z0-9]{1,15}$")]
 """A Proxmox bridge (a Linux interface name: at most 15 characters)."""
 DnsName = Annotated[str, Field(pattern=DNS_NAME, max_length=253)]
 """A DNS name, e.g. ``lab.internal``."""
-Text = Annotated[str, Field(pattern="^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$", max_length=1024)]
+Text = Annotated[str, Field(pattern=f"^[^{LINE_BREAKERS}]*$", max_length=1024)]
 """Free text on one line: no control or line-separator characters."""
 
 

@@ -18,6 +18,8 @@ import binascii
 import re
 import struct
 
+from components.spec_base import LINE_BREAKERS
+
 KEY_TYPES = (
     "ssh-ed25519",
     "ssh-rsa",
@@ -30,9 +32,7 @@ KEY_TYPES = (
 """Key types OpenSSH accepts today (``ssh-dss`` is gone since OpenSSH 9.8; certificates need ``cert-authority``)."""
 
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
-# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators YAML and many terminals treat
-# as line breaks (U+0085 NEL is C1).
-_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_FORBIDDEN = re.compile(f"[{LINE_BREAKERS}]")
 MAX_KEY_LENGTH = 16384
 """Longer than any real key (a 16384-bit RSA key is about 2.8 KB of base64)."""
 
