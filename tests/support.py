@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.errors import SpecError
 from components.spec import load_spec
 from components.testing import Recording, RecordingMocks, is_secret, run
 from components.testing_pci import pci_invokes, spec_shaped_pci
@@ -206,3 +207,29 @@ def spec_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
         for i, v in enumerate(value):
             out += spec_paths(v, (*prefix, i))
     return out
+
+
+def without_operator(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the GPU Operator off and everything that needs it gone: no time-slicing or MIG on any worker
+    (refused without the operator), no quotas on the resources they advertised."""
+    raw["gpuOperator"]["enabled"] = False
+    for worker in raw["workers"]:
+        worker["sharing"] = "none"
+        for key in ("mig", "timeSlicing"):
+            worker.pop(key, None)
+        worker["gpus"] = [g["ref"] if isinstance(g, dict) else g for g in worker["gpus"]]
+    raw["quotas"] = []
+    return raw
+
+
+def errors_of(raw: Any) -> list[str]:
+    """The problem lines ``load_spec`` raises for ``raw`` (the test fails if it accepts it)."""
+    with pytest.raises(SpecError) as info:
+        load_spec(raw)
+    return info.value.lines
+
+
+def assert_problem(case: str, lines: list[str], path: str, message: str) -> None:
+    """One of ``lines`` is ``<path>: ...<message>...``."""
+    matching = [line for line in lines if line.startswith(f"{path}: ") and message in line]
+    assert matching, f"{case}: expected '{path}: ...{message}...' in\n" + "\n".join(lines)

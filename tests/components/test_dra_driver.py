@@ -12,7 +12,7 @@ from components.gpu_node import GpuNodeLabels
 from components.spec import load_spec
 from components.testing import run
 from stacks.plan import render_text
-from tests.support import base_spec, plan_stack
+from tests.support import base_spec, plan_stack, without_operator
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 
@@ -49,15 +49,7 @@ def test_dra_release_waits_for_labels_and_operator() -> None:
 
 
 def test_dra_without_operator_still_labels_nodes() -> None:
-    raw = with_dra_worker()
-    raw["gpuOperator"]["enabled"] = False
-    for worker in raw["workers"]:  # MIG and time-slicing need the operator (refused without it)
-        worker["sharing"] = "none"
-        for key in ("mig", "timeSlicing"):
-            worker.pop(key, None)
-        worker["gpus"] = [g["ref"] if isinstance(g, dict) else g for g in worker["gpus"]]
-    raw["quotas"] = []
-    rec = plan_stack(raw)
+    rec = plan_stack(without_operator(with_dra_worker()))
     assert [r.name for r in rec.of_type(RELEASE)] == ["dra-driver-release"]
     assert rec.depends_on(rec.named("dra-driver-release"), rec.named("gpu-nodes-mig-2"))
     # Without the operator only the stack's own labels: none of the operator's config labels.

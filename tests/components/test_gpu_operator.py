@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tests.support import base_spec, make_vm_worker, plan_stack
+from tests.support import base_spec, make_vm_worker, plan_stack, without_operator
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -107,25 +105,13 @@ def test_changing_replicas_changes_only_configmap_name_and_values() -> None:
     assert after.one(RELEASE).plain_inputs["values"]["devicePlugin"]["config"]["name"] == new_name
 
 
-def without_operator() -> dict[str, Any]:
-    raw = base_spec()
-    raw["gpuOperator"]["enabled"] = False
-    for worker in raw["workers"]:  # time-slicing and MIG are refused without the operator
-        worker["sharing"] = "none"
-        for key in ("mig", "timeSlicing"):
-            worker.pop(key, None)
-        worker["gpus"] = [g["ref"] if isinstance(g, dict) else g for g in worker["gpus"]]
-    raw["quotas"] = []
-    return raw
-
-
 def test_operator_can_be_disabled() -> None:
-    rec = plan_stack(without_operator())
+    rec = plan_stack(without_operator(base_spec()))
     assert rec.of_type(RELEASE) == [] and rec.of_type(NODE_PATCH) == []
 
 
 def test_without_the_operator_a_taint_is_still_applied_and_nothing_of_the_operator() -> None:
-    raw = without_operator()
+    raw = without_operator(base_spec())
     raw["workers"][2]["taint"] = True
     rec = plan_stack(raw)
     assert rec.of_type(RELEASE) == [] and sorted(p.name for p in rec.of_type(NODE_PATCH)) == [

@@ -11,15 +11,9 @@ from hypothesis import strategies as st
 
 from components.errors import SpecError
 from components.spec import ClusterSpec, load_spec
-from tests.support import VGPU_MANAGER, base_spec, make_vm_worker, spec_paths
+from tests.support import VGPU_MANAGER, assert_problem, base_spec, errors_of, make_vm_worker, spec_paths
 
 Spec = dict[str, Any]
-
-
-def errors_of(spec: Spec) -> list[str]:
-    with pytest.raises(SpecError) as info:
-        load_spec(spec)
-    return info.value.lines
 
 
 def w(i: int) -> Callable[[Spec], dict[str, Any]]:
@@ -278,9 +272,7 @@ def test_base_spec_is_valid() -> None:
 def test_bad_config(case: str, mutate: Callable[[Spec], None], path: str, message: str) -> None:
     spec = base_spec()
     mutate(spec)
-    lines = errors_of(spec)
-    matching = [line for line in lines if line.startswith(f"{path}: ") and message in line]
-    assert matching, f"{case}: expected '{path}: ...{message}...' in\n" + "\n".join(lines)
+    assert_problem(case, errors_of(spec), path, message)
 
 
 def test_all_field_problems_at_once_in_natural_order() -> None:

@@ -7,8 +7,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.names import StackScope
-from components.sharing import short_hash
+from components.names import StackScope, short_hash
 from components.spec import load_spec
 from components.testing import Recording, redact
 from components.testing_pci import spec_shaped_pci
