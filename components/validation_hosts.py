@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from components.errors import Problem
 from components.spec import ClusterSpec
-from components.spec_base import check_host, endpoint_host
+from components.spec_base import endpoint_host
 
 RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 """Namespaces every cluster has: the stack creates (and on destroy would delete) the ones it installs into."""
@@ -20,10 +20,11 @@ def host_problems(spec: ClusterSpec) -> list[Problem]:
 
 def _addresses(spec: ClusterSpec) -> list[Problem]:
     """A static address belongs to one worker, and never to a Proxmox node or the API server."""
+    # The field validators already normalised these (IP addresses in their canonical form), so they compare as is.
     taken: dict[str, str] = {}
     for i, node in enumerate(spec.proxmox.nodes):
-        taken.setdefault(check_host(node.ssh_address), f"proxmox.nodes[{i}] ({node.name})")
-    taken.setdefault(check_host(endpoint_host(spec.kubernetes.api_endpoint)), "the Kubernetes API endpoint")
+        taken.setdefault(node.ssh_address, f"proxmox.nodes[{i}] ({node.name})")
+    taken.setdefault(endpoint_host(spec.kubernetes.api_endpoint), "the Kubernetes API endpoint")
     out: list[Problem] = []
     for i, worker in enumerate(spec.workers):
         address = worker.network.static_address

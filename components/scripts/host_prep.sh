@@ -163,6 +163,7 @@ running_guests() {
 
 main() {
   local current merged new refresh_boot=() kernel_changes functions=() ids=() fn slot expected id found
+  local grub cmdline id_list gpu file token
   if [[ "$boot_loader" == auto ]]; then
     boot_loader="$(detect_boot_loader)"
   fi
