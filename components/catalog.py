@@ -12,6 +12,8 @@ Sources (checked by tests, not copied):
   NVIDIA AI Enterprise 2.3 notes: "Support for the NVIDIA H100 GPU" with driver 520.61.05) list the model: R410 for
   Turing (T4), R450 for A100 40GB and the SXM4 80GB, R460 for A10 and A30, R470 for the A100 PCIe 80GB (launched
   June 2021; listed with the R470 vGPU 13 stack), R520 for H100, R525 for L4, R535 for L40S, R550 for H200.
+- Row remapping: NVIDIA's "GPU Memory Error Management", Supported GPUs (Ampere, Ada and Hopper remap rows; the
+  Turing T4 retires pages).
 
 Nothing here imports Pulumi.
 """
@@ -100,6 +102,9 @@ class GpuModel:
     """Whether the BAR1 aperture is large enough to need a wider 64-bit MMIO window in OVMF."""
     min_driver_branch: int
     """The oldest NVIDIA driver branch that supports the model (see the module docstring for the sources)."""
+    row_remapping: bool
+    """Whether the GPU remaps memory rows on ECC errors (NVIDIA "GPU Memory Error Management", Supported GPUs:
+    GA100, GA10x, AD10x, GH100 and newer; older GPUs retire pages instead)."""
     mig: MigGeometry | None = None
     """MIG geometry; None for GPUs without MIG."""
     vgpu_board: str | None = None
@@ -229,6 +234,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A100-PCIE-40GB",
         memory_mib=40960,
         large_bar=True,
+        row_remapping=True,
         min_driver_branch=450,
         mig=_A100_40,
         vgpu_board="A100",
@@ -240,6 +246,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A100-80GB-PCIe",
         memory_mib=81920,
         large_bar=True,
+        row_remapping=True,
         min_driver_branch=470,
         mig=_GH100_80,
         vgpu_board="A100D",
@@ -251,6 +258,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A100-SXM4-40GB",
         memory_mib=40960,
         large_bar=True,
+        row_remapping=True,
         min_driver_branch=450,
         mig=_A100_40,
         vgpu_board="A100X",
@@ -262,6 +270,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A100-SXM4-80GB",
         memory_mib=81920,
         large_bar=True,
+        row_remapping=True,
         min_driver_branch=450,
         mig=_GH100_80,
         vgpu_board="A100DX",
@@ -273,6 +282,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A30",
         memory_mib=24576,
         large_bar=True,
+        row_remapping=True,
         min_driver_branch=460,
         mig=_A30,
         vgpu_board="A30",
@@ -284,6 +294,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-A10",
         memory_mib=24576,
         large_bar=False,
+        row_remapping=True,
         min_driver_branch=460,
         vgpu_board="A10",
     ),
@@ -294,6 +305,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-H100-PCIe",
         memory_mib=81920,
         large_bar=True,
+        row_remapping=True,
         min_driver_branch=520,
         mig=_GH100_80,
         vgpu_board="H100",
@@ -305,6 +317,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-H100-80GB-HBM3",
         memory_mib=81920,
         large_bar=True,
+        row_remapping=True,
         min_driver_branch=520,
         mig=_GH100_80,
         vgpu_board="H100XM",
@@ -316,6 +329,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-H200",
         memory_mib=144384,
         large_bar=True,
+        row_remapping=True,
         min_driver_branch=550,
         mig=_H200_141,
         vgpu_board="H200X",
@@ -327,6 +341,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-L4",
         memory_mib=24576,
         large_bar=False,
+        row_remapping=True,
         min_driver_branch=525,
         vgpu_board="L4",
     ),
@@ -337,6 +352,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="NVIDIA-L40S",
         memory_mib=49152,
         large_bar=True,
+        row_remapping=True,
         min_driver_branch=535,
         vgpu_board="L40S",
     ),
@@ -347,6 +363,7 @@ _MODELS: tuple[GpuModel, ...] = (
         product="Tesla-T4",
         memory_mib=16384,
         large_bar=False,
+        row_remapping=False,
         min_driver_branch=410,
         vgpu_board="T4",
     ),

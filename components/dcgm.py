@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.operator_spec import MonitoringSpec
+from components.alerts import EXPORTER_JOB
+from components.monitoring_spec import MonitoringSpec
 from components.sharing import content_name
 from components.spec import ClusterSpec
 
 METRICS_KEY = "dcgm-metrics.csv"
-EXPORTER_SELECTOR = {"app": "nvidia-dcgm-exporter"}
+EXPORTER_SELECTOR = {"app": EXPORTER_JOB}
 """Labels of the Service the operator creates for dcgm-exporter (port ``gpu-metrics``)."""
 EXPORTER_PORT = "gpu-metrics"
 
@@ -36,17 +37,18 @@ def metrics_config_name(data: dict[str, str]) -> str:
     return content_name("dcgm-metrics", data)
 
 
-def service_monitor_spec(spec: ClusterSpec) -> dict[str, Any]:
-    """``spec`` of a ServiceMonitor scraping the operator's dcgm-exporter Service."""
-    mon = spec.gpu_operator.monitoring
+def service_monitor_spec(monitoring: MonitoringSpec, operator_namespace: str) -> dict[str, Any]:
+    """``spec`` of a ServiceMonitor scraping the operator's dcgm-exporter Service in ``operator_namespace``."""
     return {
+        # job = the Service's app label, which the alert rules select on (alerts.EXPORTER_JOB).
+        "jobLabel": "app",
         "selector": {"matchLabels": dict(EXPORTER_SELECTOR)},
-        "namespaceSelector": {"matchNames": [spec.gpu_operator.namespace]},
+        "namespaceSelector": {"matchNames": [operator_namespace]},
         "endpoints": [
             {
                 "port": EXPORTER_PORT,
                 "path": "/metrics",
-                "interval": mon.scrape_interval,
+                "interval": monitoring.scrape_interval,
                 # One exporter pod per node: name the target after the node rather than the pod IP.
                 "relabelings": [
                     {
@@ -57,58 +59,4 @@ def service_monitor_spec(spec: ClusterSpec) -> dict[str, Any]:
                 ],
             }
         ],
-    }
-
-
-def _alert(name: str, expr: str, severity: str, summary: str, duration: str | None = None) -> dict[str, Any]:
-    rule: dict[str, Any] = {"alert": name, "expr": expr}
-    if duration is not None:
-        rule["for"] = duration
-    rule["labels"] = {"severity": severity}
-    rule["annotations"] = {"summary": summary}
-    return rule
-
-
-def prometheus_rule_spec(spec: ClusterSpec) -> dict[str, Any]:
-    """``spec`` of a PrometheusRule with the GPU health alerts.
-
-    XID: DCGM_FI_DEV_XID_ERRORS holds the last XID seen (0 when none), so ``> 0`` fires on any XID and keeps
-    firing until the driver is reloaded. Double-bit ECC errors are uncorrectable: any volatile DBE count means
-    the GPU needs a reset or page retirement. The framebuffer rule uses used / (used + free) because DCGM
-    reports both in MiB and there is no total field in the default list.
-    """
-    mon = spec.gpu_operator.monitoring
-    where = "GPU {{ $labels.gpu }} on {{ $labels.Hostname }}"
-    return {
-        "groups": [
-            {
-                "name": "nvidia-gpu",
-                "rules": [
-                    _alert(
-                        "GpuTemperatureHigh",
-                        f"DCGM_FI_DEV_GPU_TEMP > {mon.temperature_celsius}",
-                        "warning",
-                        f"{where} has been above {mon.temperature_celsius} C for 5 minutes",
-                        "5m",
-                    ),
-                    _alert(
-                        "GpuXidError", "DCGM_FI_DEV_XID_ERRORS > 0", "critical", where + " reported XID {{ $value }}"
-                    ),
-                    _alert(
-                        "GpuDoubleBitEccError",
-                        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0",
-                        "critical",
-                        f"{where} has uncorrectable (double-bit) ECC errors",
-                    ),
-                    _alert(
-                        "GpuFramebufferNearlyFull",
-                        "DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE) * 100"
-                        f" > {mon.framebuffer_percent}",
-                        "warning",
-                        f"{where} framebuffer is over {mon.framebuffer_percent}% used",
-                        "5m",
-                    ),
-                ],
-            }
-        ]
     }

@@ -29,6 +29,10 @@ KNOWN_FIELDS: dict[str, tuple[MetricType, str]] = {
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("counter", "PCIe replay count"),
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gauge", "Ratio of time the graphics engine is active"),
     "DCGM_FI_PROF_DRAM_ACTIVE": ("gauge", "Ratio of cycles the memory interface is busy"),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gauge", "Ratio of cycles the tensor pipe is active"),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gauge", "Whether remapping of rows has failed"),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("counter", "Rows remapped for uncorrectable errors"),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("counter", "Rows remapped for correctable errors"),
 }
 
 DEFAULT_FIELDS: tuple[str, ...] = (
@@ -38,18 +42,44 @@ DEFAULT_FIELDS: tuple[str, ...] = (
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
     "DCGM_FI_DEV_XID_ERRORS",
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
 )
-"""The default metric list: utilization, memory, temperature, power and the error counters."""
+"""The default metric list: everything the alert rules and the dashboard query, plus memory-copy utilization.
+
+It also covers every panel of NVIDIA's DCGM exporter dashboard (Grafana 12239: temperature, power, SM clocks,
+utilization, framebuffer, tensor-core activity)."""
 
 ALERT_FIELDS: tuple[str, ...] = (
     "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
     "DCGM_FI_DEV_FB_USED",
     "DCGM_FI_DEV_FB_FREE",
 )
 """Fields the alert rules query; the exporter must export them or the alerts can never fire."""
+
+DASHBOARD_FIELDS: tuple[str, ...] = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_XID_ERRORS",
+)
+"""Fields the dashboard's panels query."""

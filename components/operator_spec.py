@@ -2,86 +2,13 @@
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
-from components.dcgm_fields import ALERT_FIELDS, DEFAULT_FIELDS, KNOWN_FIELDS, MetricType
 from components.errors import Problem, SpecViolations
-from components.spec_base import LINE_BREAKERS, DriverBranch, DriverVersion, Int, Name, SpecModel, on_branch
-
-LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
-
-
-class DcgmMetric(SpecModel):
-    """A line of dcgm-exporter's metrics CSV. A plain string names a field from the built-in table."""
-
-    field: str = Field(pattern=r"^DCGM_FI_[A-Z0-9_]+$", description="DCGM field identifier.")
-    type: MetricType = Field(description="Prometheus metric type.")
-    help: str = Field(
-        pattern=f"^[^,{LINE_BREAKERS}]+$",
-        max_length=512,
-        description="Help text on one line; no commas (the exporter parses the file as CSV).",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, data: Any) -> Any:
-        if not isinstance(data, str):
-            return data
-        if data not in KNOWN_FIELDS:
-            raise ValueError(f"{data} is not in the built-in field table; write it as {{field, type, help}}")
-        kind, text = KNOWN_FIELDS[data]
-        return {"field": data, "type": kind, "help": text}
-
-
-def _default_metrics() -> tuple[DcgmMetric, ...]:
-    return tuple(DcgmMetric.model_validate(f) for f in DEFAULT_FIELDS)
-
-
-class MonitoringSpec(SpecModel):
-    """DCGM exporter metrics and, optionally, Prometheus Operator scraping and alerts."""
-
-    metrics: tuple[DcgmMetric, ...] = Field(
-        default_factory=_default_metrics,
-        min_length=1,
-        description="Metrics the DCGM exporter exports (a field name, or {field, type, help}).",
-    )
-    prometheus: bool = Field(
-        default=False,
-        description="Create a ServiceMonitor and a PrometheusRule (needs the Prometheus Operator CRDs).",
-    )
-    namespace: Name | None = Field(
-        default=None, description="Namespace of the ServiceMonitor and PrometheusRule; default: the operator's."
-    )
-    labels: dict[Annotated[str, Field(max_length=317)], Annotated[str, Field(max_length=63)]] = Field(
-        default_factory=dict,
-        description="Labels your Prometheus selects rules and monitors by, e.g. ``release: kube-prometheus-stack``.",
-    )
-    scrape_interval: str = Field(default="15s", pattern=r"^[1-9][0-9]{0,4}[smh]$", description="Scrape interval.")
-    temperature_celsius: Int = Field(default=85, ge=40, le=120, description="GPU temperature alert threshold.")
-    framebuffer_percent: Int = Field(default=95, ge=50, le=100, description="Framebuffer usage alert threshold.")
-
-    @model_validator(mode="after")
-    def _metrics_and_labels(self) -> MonitoringSpec:
-        problems: list[Problem] = []
-        seen: set[str] = set()
-        for i, m in enumerate(self.metrics):
-            if m.field in seen:
-                problems.append(Problem(f"metrics[{i}].field", f"{m.field} is listed twice"))
-            seen.add(m.field)
-        if self.prometheus:
-            missing = [f for f in ALERT_FIELDS if f not in seen]
-            if missing:
-                problems.append(Problem("metrics", f"the alert rules need {', '.join(missing)}; add them"))
-        for key, value in self.labels.items():
-            if not re.fullmatch(LABEL_KEY, key) or not re.fullmatch(LABEL_VALUE, value):
-                problems.append(Problem(f"labels.{key}", f"not a valid Kubernetes label: {key}={value!r}"))
-        if problems:
-            raise SpecViolations(problems)
-        return self
+from components.monitoring_spec import MonitoringSpec
+from components.spec_base import DriverBranch, DriverVersion, Int, Name, SpecModel, on_branch
 
 
 class SmokeTestSpec(SpecModel):

@@ -121,8 +121,7 @@ def operator_values(
 
 
 def dra_values(spec: ClusterSpec) -> dict[str, Any]:
-    """Values for the ``nvidia-dra-driver-gpu`` chart (checked against its values.yaml by hand: the shared
-    reference holds only the gpu-operator chart)."""
+    """Values for the ``nvidia-dra-driver-gpu`` chart (tests check every key against the chart's values.yaml)."""
     return {
         # Where the driver's files are: the host's root for a host-installed driver, the driver container's
         # mount otherwise (values.yaml of nvidia-dra-driver-gpu).

@@ -18,10 +18,11 @@ from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from components.catalog import CATALOG
 from components.errors import Problem, SpecError, SpecViolations, problems_from_validation_error
-from components.operator_spec import DcgmMetric, DraSpec, GpuOperatorSpec, MonitoringSpec, SmokeTestSpec
+from components.monitoring_spec import DcgmMetric, MonitoringSpec
+from components.operator_spec import DraSpec, GpuOperatorSpec, SmokeTestSpec
+from components.scheduling_spec import PriorityClassSpec, Quota
 from components.spec_base import (
     DEFAULT_TOOLKIT_VERSION,
-    EXTENDED_RESOURCE,
     ApiEndpoint,
     GpuModelKey,
     HostName,
@@ -42,14 +43,12 @@ from components.worker_spec import GpuAssignment, Image, Network, TimeSlicing, W
 
 __all__ = [
     "ClusterSpec", "DcgmMetric", "DraSpec", "GpuAssignment", "GpuOperatorSpec", "GuestSpec", "HostGpu", "Image",
-    "KubeVirtNode", "KubeVirtSpec", "KubernetesSpec", "MigConfig", "MonitoringSpec", "Network", "ProxmoxNode",
-    "ProxmoxSpec", "Quota", "SmokeTestSpec", "TimeSlicing", "VgpuManagerSpec", "Worker", "load_spec",
+    "KubeVirtNode", "KubeVirtSpec", "KubernetesSpec", "MigConfig", "MonitoringSpec", "Network", "PriorityClassSpec",
+    "ProxmoxNode", "ProxmoxSpec", "Quota", "SmokeTestSpec", "TimeSlicing", "VgpuManagerSpec", "Worker", "load_spec",
 ]  # fmt: skip
 
 MIN_KUBERNETES_MINOR = 30
 """Oldest minor the guest bootstrap installs (pkgs.k8s.io repositories and kubeadm's join configuration)."""
-MAX_QUOTA = 1_000_000
-"""Upper bound of a quota value (extended resources count devices, not bytes)."""
 
 
 class HostGpu(SpecModel):
@@ -314,29 +313,6 @@ class KubeVirtSpec(SpecModel):
     )
 
 
-class Quota(SpecModel):
-    """A ResourceQuota on GPU resources in one namespace."""
-
-    namespace: Name = Field(description="Namespace the quota applies to.")
-    resources: dict[
-        Annotated[str, Field(pattern=EXTENDED_RESOURCE, max_length=253)], Annotated[Int, Field(ge=0, le=MAX_QUOTA)]
-    ] = Field(min_length=1, description="Extended resource -> maximum requested, e.g. ``nvidia.com/gpu: 4``.")
-
-    @model_validator(mode="after")
-    def _no_prefix(self) -> Quota:
-        # Kubernetes only allows `requests.` quotas for extended resources; we add the prefix ourselves.
-        prefixed = [r for r in self.resources if r.startswith(("requests.", "limits."))]
-        if prefixed:
-            raise SpecViolations(
-                Problem(
-                    f"resources.{r}",
-                    f"write the resource name only ({r.split('.', 1)[1]}); the requests. prefix is added for you",
-                )
-                for r in prefixed
-            )
-        return self
-
-
 class ClusterSpec(SpecModel):
     """Everything one stack provisions."""
 
@@ -346,7 +322,10 @@ class ClusterSpec(SpecModel):
     guest: GuestSpec = Field(description="Guest OS settings of the worker VMs.")
     gpu_operator: GpuOperatorSpec = Field(default_factory=GpuOperatorSpec, description="GPU Operator settings.")
     kubevirt: KubeVirtSpec = Field(default_factory=KubeVirtSpec, description="KubeVirt settings.")
-    quotas: tuple[Quota, ...] = Field(default=(), description="GPU quotas per namespace.")
+    quotas: tuple[Quota, ...] = Field(default=(), max_length=1000, description="GPU quotas per namespace.")
+    priority_classes: tuple[PriorityClassSpec, ...] = Field(
+        default=(), max_length=100, description="PriorityClasses for GPU workloads (important work preempts the rest)."
+    )
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ClusterSpec:

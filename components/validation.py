@@ -71,7 +71,14 @@ def _duplicates(spec: ClusterSpec) -> list[Problem]:
             out.append(Problem(f"proxmox.nodes[{n_i}].gpus", "at most one GPU can be the console GPU"))
     out += _dupes((w.name for w in spec.workers), "workers[{i}].name", "VM name")
     out += _dupes((w.vmid for w in spec.workers), "workers[{i}].vmid", "vmid")
-    out += _dupes((q.namespace for q in spec.quotas), "quotas[{i}].namespace", "namespace")
+    scoped = (q.namespace + (f" (PriorityClass {q.priority_class})" if q.priority_class else "") for q in spec.quotas)
+    out += _dupes(scoped, "quotas[{i}].namespace", "namespace")
+    out += _dupes((c.name for c in spec.priority_classes), "priorityClasses[{i}].name", "PriorityClass name")
+    defaults = [i for i, c in enumerate(spec.priority_classes) if c.global_default]
+    out += [
+        Problem(f"priorityClasses[{i}].globalDefault", f"priorityClasses[{defaults[0]}] is already the default")
+        for i in defaults[1:]
+    ]
     return out
 
 
@@ -255,6 +262,14 @@ def _quotas(spec: ClusterSpec) -> list[Problem]:
                         f"no worker advertises {resource} (advertised: {known})",
                     )
                 )
+        declared = {c.name for c in spec.priority_classes}
+        if quota.priority_class is not None and quota.priority_class not in declared:
+            out.append(
+                Problem(
+                    f"quotas[{q_i}].priorityClass",
+                    f"{quota.priority_class} is not one of priorityClasses ({', '.join(sorted(declared)) or 'none'})",
+                )
+            )
     return out
 
 

@@ -12,7 +12,8 @@ import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 import pulumi_proxmoxve as proxmoxve
 
-from components.capacity import WorkerCapacity, capacity_table
+from components.adapters import monitoring_targets
+from components.capacity import WorkerCapacity, capacity_table, quota_warnings
 from components.disruption import host_reboot
 from components.dra_driver import DraDriver
 from components.gpu_monitoring import GpuMonitoring
@@ -24,6 +25,7 @@ from components.guest_spec import bootstrap_spec
 from components.kubevirt import permitted_host_devices
 from components.kubevirt_devices import KubeVirtGpuDevices
 from components.operator_values import uses_dra
+from components.priority_classes import GpuPriorityClasses
 from components.smoke_test import GpuSmokeTest
 from components.spec import ClusterSpec
 from components.worker_retirement import WorkerRetirement
@@ -196,8 +198,17 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
             depends_on=gpu_stack,
         )
         gpu_stack.append(operator)
-        if op.monitoring.prometheus:
-            GpuMonitoring("gpu-monitoring", spec, provider=k8s, namespace=operator.namespace)
+        if op.monitoring.prometheus or op.monitoring.dashboard.enabled:
+            targets = monitoring_targets(spec)
+            GpuMonitoring(
+                "gpu-monitoring",
+                op.monitoring,
+                provider=k8s,
+                operator_namespace=operator.namespace,
+                exporter_nodes=targets.exporter_nodes,
+                row_remapping=targets.row_remapping,
+                mig=targets.mig,
+            )
         if op.smoke_test.enabled:
             GpuSmokeTest("gpu-smoke-test", spec, provider=k8s, namespace=operator.namespace, depends_on=[operator])
     if uses_dra(spec):
@@ -208,8 +219,17 @@ def build(spec: ClusterSpec, secrets: Secrets) -> Cluster:
         warn_experimental(spec)
         if spec.kubevirt.patch_kubevirt:
             KubeVirtGpuDevices("kubevirt-gpus", spec, provider=k8s)
+    classes = None
+    if spec.priority_classes:
+        classes = GpuPriorityClasses("gpu-priority-classes", spec.priority_classes, provider=k8s)
     if spec.quotas:
-        GpuQuotas("gpu-quotas", spec, provider=k8s)
+        GpuQuotas(
+            "gpu-quotas",
+            spec.quotas,
+            provider=k8s,
+            warnings=quota_warnings(spec),
+            depends_on=[classes] if classes else [],
+        )
     return Cluster(
         spec=spec,
         providers=providers,

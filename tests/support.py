@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,40 @@ def shared_reference(tag: str, name: str) -> Path:
         "GPU Operator chart reference",
         "it lives in ../shared beside the repository, which only the project's own checkout has",
     )
+
+
+def reference_file(*parts: str) -> Path:
+    """Any file of the upstream reference in ../shared (prometheus-operator CRDs, the DRA chart, ...)."""
+    return external(
+        SHARED.joinpath("reference", *parts),
+        "upstream reference file",
+        "it lives in ../shared beside the repository, which only the project's own checkout has",
+    )
+
+
+def promtool() -> Path:
+    """Prometheus's promtool, which evaluates alert rules against synthetic series (``promtool test rules``)."""
+    found = shutil.which("promtool")
+    return external(Path(found or "/usr/bin/promtool"), "promtool", "install it with: apt-get install prometheus")
+
+
+def promql_metrics(expr: str) -> set[str]:
+    """Every metric name a PromQL expression selects, as a real PromQL parser (promql-parser) reads it."""
+    import promql_parser
+
+    def walk(node: Any) -> set[str]:
+        if isinstance(node, promql_parser.VectorSelector):
+            return {node.name} if node.name else set()
+        out: set[str] = set()
+        for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):
+            child = getattr(node, attr, None)
+            if child is not None and not isinstance(child, (str, int, float)):
+                out |= walk(child)
+        for arg in getattr(node, "args", None) or []:
+            out |= walk(arg)
+        return out
+
+    return walk(promql_parser.parse(expr))
 
 
 def pci_ids() -> Path:

@@ -11,7 +11,7 @@ import yaml
 
 from components.operator_values import dra_values, operator_values
 from components.spec import load_spec
-from tests.support import CHART_VERSIONS, base_spec, make_vm_worker, shared_reference
+from tests.support import CHART_VERSIONS, base_spec, make_vm_worker, reference_file, shared_reference
 
 FORBIDDEN = {"operator.defaultRuntime", "driver.useOpenKernelModules"}
 
@@ -148,12 +148,40 @@ def test_values_are_deterministic() -> None:
     assert yaml.safe_dump(operator_values(spec)) == yaml.safe_dump(operator_values(load_spec(base_spec())))
 
 
-# Paths of nvidia-dra-driver-gpu's values.yaml (chart 25.x) that dra_values may set. The shared reference holds
-# only the gpu-operator chart, so this list is maintained by hand from the upstream chart.
-DRA_CHART_PATHS = {
-    "nvidiaDriverRoot", "gpuResourcesEnabledOverride", "resources.gpus.enabled", "resources.computeDomains.enabled",
-    "kubeletPlugin.nodeSelector.nvidia.com/dra-kubelet-plugin", "kubeletPlugin.tolerations",
-}  # fmt: skip
+def unknown_in(values: dict[str, Any], chart: Any, prefix: str = "") -> list[str]:
+    """Keys of ``values`` the chart's values.yaml does not have, or whose value has another type there. An empty
+    map in the chart (nodeSelector: {}) takes any keys."""
+    out: list[str] = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if chart == {}:
+            continue
+        if not isinstance(chart, dict) or key not in chart:
+            out.append(path)
+        elif isinstance(value, dict) and isinstance(chart[key], dict):
+            out += unknown_in(value, chart[key], path + ".")
+        elif chart[key] is not None and type(value) is not type(chart[key]):
+            out.append(f"{path} ({type(value).__name__}, the chart has {type(chart[key]).__name__})")
+    return out
+
+
+def dra_chart() -> Any:
+    return yaml.safe_load(reference_file("nvidia-dra-driver-gpu", "v25.12.0", "values.yaml").read_text())
+
+
+def test_dra_chart_reference_matches_the_pinned_version() -> None:
+    chart = yaml.safe_load(reference_file("nvidia-dra-driver-gpu", "v25.12.0", "Chart.yaml").read_text())
+    assert chart["name"] == "nvidia-dra-driver-gpu"
+    assert load_spec(base_spec()).gpu_operator.dra.chart_version == "25.12.0"
+
+
+def test_a_dra_typo_would_be_caught() -> None:
+    chart = dra_chart()
+    assert unknown_in({"kubeletPlugin": {"nodeSelectr": {"a": "b"}}}, chart) == ["kubeletPlugin.nodeSelectr"]
+    assert unknown_in({"resources": {"gpus": {"enabled": "yes"}}}, chart) == [
+        "resources.gpus.enabled (str, the chart has bool)"
+    ]
+    assert unknown_in({"kubeletPlugin": {"nodeSelector": {"any/label": "x"}}}, chart) == []
 
 
 @pytest.mark.parametrize("mode", ["host", "operator"])
@@ -162,7 +190,7 @@ def test_dra_values(mode: str) -> None:
     raw["gpuOperator"]["driverMode"] = mode
     with_dra(raw, "some")
     values = dra_values(load_spec(raw))
-    assert set(leaf_paths(values)) <= DRA_CHART_PATHS
+    assert unknown_in(values, dra_chart()) == []
     assert values["nvidiaDriverRoot"] == ("/" if mode == "host" else "/run/nvidia/driver")
     assert values["kubeletPlugin"]["nodeSelector"] == {"nvidia.com/dra-kubelet-plugin": "true"}
     assert values["resources"]["gpus"] == {"enabled": True}

@@ -63,7 +63,12 @@ def test_a_removed_worker_takes_only_its_own_resources() -> None:
     assert {name for name in gone if not name.startswith("gpu-a10-b")} == {"gpu-nodes-gpu-a10-b"}
     assert {"gpu-a10-b-vm", "gpu-a10-b-retirement-drain", "gpu-a10-b-bootstrap-join"} <= gone
     assert set(after) <= set(before)
-    assert [urn for urn in after if after[urn] != before[urn]] == []  # no remaining resource changes any input
+    changed = [urn.rsplit("::", 1)[1] for urn in after if after[urn] != before[urn]]
+    # Only the alert rules change: they stop expecting an exporter on the removed node.
+    assert changed == ["gpu-monitoring-alerts"]
+    rules = after[next(urn for urn in after if urn.endswith("::gpu-monitoring-alerts"))]["spec"]["groups"][0]["rules"]
+    missing = next(r["expr"] for r in rules if r["alert"] == "GpuExporterMissing")
+    assert "gpu-a10-b" not in missing and "gpu-a10-a" in missing
 
 
 def replaced_with(rec: Recording, resource: RecordedResource) -> list[RecordedResource]:

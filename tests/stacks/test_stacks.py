@@ -63,7 +63,16 @@ def test_prod() -> None:
     a10 = [r for r in rows.values() if "A10" in r.gpus]
     assert a10 and {r.sharing for r in a10} == {"time-slicing"}
     assert spec.gpu_operator.mig_strategy == "mixed"
-    assert names(rec, "kubernetes:core/v1:ResourceQuota") == ["gpu-quotas-ml-inference", "gpu-quotas-ml-research"]
+    assert names(rec, "kubernetes:core/v1:ResourceQuota") == [
+        "gpu-quotas-ml-inference",
+        "gpu-quotas-ml-research",
+        "gpu-quotas-ml-research.gpu-production",
+    ]
+    assert names(rec, "kubernetes:scheduling.k8s.io/v1:PriorityClass") == [
+        "gpu-priority-classes-gpu-batch",
+        "gpu-priority-classes-gpu-production",
+    ]
+    assert rec.named("gpu-monitoring-dashboard").plain_inputs["metadata"]["labels"] == {"grafana_dashboard": "1"}
     assert names(rec, "kubernetes:monitoring.coreos.com/v1:ServiceMonitor") == ["gpu-monitoring-service-monitor"]
     assert names(rec, "kubernetes:monitoring.coreos.com/v1:PrometheusRule") == ["gpu-monitoring-alerts"]
     assert names(rec, "kubernetes:batch/v1:Job") == ["gpu-smoke-test-job"]

@@ -1,0 +1,197 @@
+"""GPU alert rules: PromQL that parses (promql-parser), metrics the exporter exports, and behaviour checked by
+Prometheus itself: ``promtool test rules`` feeds each rule synthetic series and asserts which alerts fire."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+import pytest
+import yaml
+
+from components.alerts import EXPORTER_JOB, alert_rules, prometheus_rule_spec, promql_string
+from components.dcgm_fields import ALERT_FIELDS, DEFAULT_FIELDS
+from components.monitoring_spec import AlertsSpec
+from tests.support import promql_metrics, promtool
+
+NODES = ("gpu-a", "gpu-b")
+SCRAPE_METRICS = {"up"}  # written by Prometheus for every target, not by the exporter
+
+
+def rules(**overrides: Any) -> list[dict[str, Any]]:
+    return alert_rules(AlertsSpec.model_validate(overrides), exporter_nodes=NODES, row_remapping=True)
+
+
+def test_every_expression_parses_and_queries_only_exported_metrics() -> None:
+    exported = set(DEFAULT_FIELDS)
+    queried: set[str] = set()
+    for rule in rules():
+        names = promql_metrics(rule["expr"])
+        assert names, rule["alert"]
+        assert names - SCRAPE_METRICS <= exported, rule["alert"]
+        queried |= names
+    assert queried - SCRAPE_METRICS == set(ALERT_FIELDS)  # the spec's required list is exactly what is queried
+
+
+def test_metric_extraction_would_catch_an_unexported_metric() -> None:
+    names = promql_metrics('rate(DCGM_FI_DEV_NVLINK_X[5m]) > on(gpu) max(DCGM_FI_DEV_GPU_TEMP{a="b"})')
+    assert names == {"DCGM_FI_DEV_NVLINK_X", "DCGM_FI_DEV_GPU_TEMP"}
+
+
+def test_rules_cover_the_failure_modes_with_annotations_naming_node_and_gpu() -> None:
+    by_name = {r["alert"]: r for r in rules()}
+    assert set(by_name) == {
+        "GpuExporterDown", "GpuExporterMissing", "GpuTemperatureHigh", "GpuTemperatureCritical",
+        "GpuDoubleBitEccError", "GpuSingleBitEccRising", "GpuRowRemapFailure", "GpuXidCritical", "GpuXidError",
+        "GpuPcieReplaysHigh", "GpuFramebufferNearlyFull", "GpuUtilizationSustained",
+    }  # fmt: skip
+    for rule in by_name.values():
+        assert set(rule["annotations"]) == {"summary", "description"}
+        assert "{{ $labels.instance }}" in rule["annotations"]["summary"], rule["alert"]
+        if not rule["alert"].startswith("GpuExporter"):
+            assert "{{ $labels.gpu }}" in rule["annotations"]["summary"], rule["alert"]
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+    assert by_name["GpuUtilizationSustained"]["labels"]["severity"] == "info"
+    assert by_name["GpuUtilizationSustained"]["for"] == "30m"
+
+
+def test_row_remap_rule_only_for_gpus_that_remap_rows() -> None:
+    older = alert_rules(AlertsSpec(), exporter_nodes=NODES, row_remapping=False)
+    assert "GpuRowRemapFailure" not in {r["alert"] for r in older}
+
+
+def test_no_known_nodes_falls_back_to_a_job_wide_absence() -> None:
+    spec = prometheus_rule_spec(AlertsSpec(), exporter_nodes=(), row_remapping=True)
+    missing = next(r for r in spec["groups"][0]["rules"] if r["alert"] == "GpuExporterMissing")
+    assert missing["expr"] == f'absent(up{{job="{EXPORTER_JOB}"}})'
+
+
+@pytest.mark.parametrize("value", ["gpu-a", 'quote"d', "back\\slash", "new\nline", "ünï"])
+def test_promql_string_round_trips_through_the_parser(value: str) -> None:
+    expr = promql_parser.parse(f"up{{instance={promql_string(value)}}}")
+    assert [m.value for m in expr.matchers.matchers if m.name == "instance"] == [value]
+
+
+# -- behaviour, evaluated by promtool ----------------------------------------------------------------------------
+
+GPU = {"gpu": "0", "modelName": "NVIDIA A100-PCIE-40GB", "instance": "gpu-a", "UUID": "GPU-1"}
+EXPORTER = {"job": EXPORTER_JOB}
+ALL_ALERTS = sorted({r["alert"] for r in rules()})
+
+
+def series(metric: str, values: str, labels: dict[str, str] | None = None) -> dict[str, str]:
+    body = ",".join(f"{k}={promql_string(v)}" for k, v in sorted((labels or GPU).items()))
+    return {"series": f"{metric}{{{body}}}", "values": values}
+
+
+def up(instance: str, values: str) -> dict[str, str]:
+    return series("up", values, {**EXPORTER, "instance": instance})
+
+
+HEALTHY = [up("gpu-a", "1x120"), up("gpu-b", "1x120")]
+
+# (case, input series besides the healthy exporters, evaluation time, alerts that must fire -> their labels)
+CASES: list[tuple[str, list[dict[str, str]], str, dict[str, list[dict[str, str]]]]] = [
+    ("all quiet", [*HEALTHY, series("DCGM_FI_DEV_GPU_TEMP", "60x20"), series("DCGM_FI_DEV_XID_ERRORS", "0x20")], "15m", {}),
+    ("exporter down", [up("gpu-a", "0x20"), up("gpu-b", "1x20")], "10m",
+     {"GpuExporterDown": [{**EXPORTER, "instance": "gpu-a"}]}),
+    ("exporter down briefly", [up("gpu-a", "0 0 1x20"), up("gpu-b", "1x20")], "10m", {}),
+    ("exporter target gone", [up("gpu-a", "1x30")], "15m", {"GpuExporterMissing": [{**EXPORTER, "instance": "gpu-b"}]}),
+    ("temperature warm", [*HEALTHY, series("DCGM_FI_DEV_GPU_TEMP", "87x20")], "10m", {"GpuTemperatureHigh": [GPU]}),
+    ("temperature hot", [*HEALTHY, series("DCGM_FI_DEV_GPU_TEMP", "92x20")], "10m",
+     {"GpuTemperatureHigh": [GPU], "GpuTemperatureCritical": [GPU]}),
+    ("temperature spike", [*HEALTHY, series("DCGM_FI_DEV_GPU_TEMP", "92 60x20")], "10m", {}),
+    ("double-bit ECC", [*HEALTHY, series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "0 0 1x20")], "5m",
+     {"GpuDoubleBitEccError": [GPU]}),
+    ("single-bit ECC rising", [*HEALTHY, series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "0+1x100")], "90m",
+     {"GpuSingleBitEccRising": [GPU]}),
+    ("single-bit ECC trickle", [*HEALTHY, series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "0+0.1x100")], "90m", {}),
+    ("row remap failed", [*HEALTHY, series("DCGM_FI_DEV_ROW_REMAP_FAILURE", "0 1x20")], "5m",
+     {"GpuRowRemapFailure": [GPU]}),
+    ("critical XID", [*HEALTHY, series("DCGM_FI_DEV_XID_ERRORS", "0 79x20")], "5m", {"GpuXidCritical": [GPU]}),
+    ("application XID", [*HEALTHY, series("DCGM_FI_DEV_XID_ERRORS", "0 13x20")], "5m", {"GpuXidError": [GPU]}),
+    ("PCIe replays", [*HEALTHY, series("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "0+30x60")], "30m",
+     {"GpuPcieReplaysHigh": [GPU]}),
+    ("PCIe replays rare", [*HEALTHY, series("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "0+1x60")], "30m", {}),
+    ("framebuffer full",
+     [*HEALTHY, series("DCGM_FI_DEV_FB_USED", "40000x20"), series("DCGM_FI_DEV_FB_FREE", "500x20")], "10m",
+     {"GpuFramebufferNearlyFull": [GPU]}),
+    ("framebuffer half",
+     [*HEALTHY, series("DCGM_FI_DEV_FB_USED", "20000x20"), series("DCGM_FI_DEV_FB_FREE", "20000x20")], "10m", {}),
+    ("busy for long", [*HEALTHY, series("DCGM_FI_DEV_GPU_UTIL", "99x60")], "40m", {"GpuUtilizationSustained": [GPU]}),
+    ("busy for a while", [*HEALTHY, series("DCGM_FI_DEV_GPU_UTIL", "99x20 50x40")], "40m", {}),
+]  # fmt: skip
+
+
+def render(template: str, labels: dict[str, str], value: str) -> str:
+    """Prometheus's annotation templating for the two forms the rules use."""
+    out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
+    return out.replace("{{ $value }}", value)
+
+
+def expected(rule: dict[str, Any], labels: dict[str, str], values: list[dict[str, str]]) -> dict[str, Any]:
+    # The only {{ $value }} users are the XID rules; their value is the last XID of the series.
+    last = next((v["values"].split()[-1].split("x")[0] for v in values if "XID" in v["series"]), "")
+    all_labels = {**labels, "severity": rule["labels"]["severity"]}
+    annotations = {k: render(t, all_labels, last) for k, t in rule["annotations"].items()}
+    return {"exp_labels": all_labels, "exp_annotations": annotations}
+
+
+def test_each_rule_fires_and_stays_quiet_as_promtool_evaluates_it(tmp_path: Path) -> None:
+    tool = promtool()
+    by_name = {r["alert"]: r for r in rules()}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "gpu", "rules": list(by_name.values())}]}))
+    tests = []
+    for _case, inputs, at, firing in CASES:
+        assert set(firing) <= set(ALL_ALERTS)
+        checks = [
+            {
+                "eval_time": at,
+                "alertname": name,
+                "exp_alerts": [expected(by_name[name], labels, inputs) for labels in firing.get(name, [])],
+            }
+            for name in ALL_ALERTS
+        ]
+        tests.append({"interval": "1m", "input_series": inputs, "alert_rule_test": checks})
+    (tmp_path / "tests.yaml").write_text(
+        yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests})
+    )
+    result = subprocess.run(
+        [str(tool), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    fired = {name for _, _, _, firing in CASES for name in firing}
+    assert fired == set(ALL_ALERTS)  # every rule is shown to fire at least once
+
+
+def test_promtool_would_catch_a_wrong_expectation(tmp_path: Path) -> None:
+    tool = promtool()
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "gpu", "rules": rules()}]}))
+    test = {"interval": "1m", "input_series": [series("DCGM_FI_DEV_GPU_TEMP", "60x20")],
+            "alert_rule_test": [{"eval_time": "10m", "alertname": "GpuTemperatureHigh",
+                                 "exp_alerts": [{"exp_labels": {**GPU, "severity": "warning"}}]}]}  # fmt: skip
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "tests": [test]}))
+    result = subprocess.run([str(tool), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, check=False)
+    assert result.returncode != 0
+
+
+def test_thresholds_come_from_the_spec() -> None:
+    by_name = {r["alert"]: r for r in rules(temperatureWarningCelsius=80, temperatureCriticalCelsius=88,
+                                              framebufferPercent=90, utilizationMinutes=60, criticalXids=[79])}  # fmt: skip
+    assert by_name["GpuTemperatureHigh"]["expr"] == "DCGM_FI_DEV_GPU_TEMP > 80"
+    assert by_name["GpuTemperatureCritical"]["expr"] == "DCGM_FI_DEV_GPU_TEMP > 88"
+    assert by_name["GpuFramebufferNearlyFull"]["expr"].endswith("* 100 > 90")
+    assert by_name["GpuUtilizationSustained"]["for"] == "60m"
+    assert by_name["GpuXidCritical"]["expr"] == "DCGM_FI_DEV_XID_ERRORS == 79"
+    no_critical = {r["alert"]: r for r in rules(criticalXids=[])}
+    assert "GpuXidCritical" not in no_critical and no_critical["GpuXidError"]["expr"] == "DCGM_FI_DEV_XID_ERRORS > 0"
+
+
+def test_the_monitoring_docs_list_every_alert_and_default_metric() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text()
+    documented = set(re.findall(r"^\| `(Gpu\w+)` \|", docs, flags=re.MULTILINE))
+    assert documented == set(ALL_ALERTS)
+    assert all(f"`{metric}`" in docs for metric in DEFAULT_FIELDS)
