@@ -5,29 +5,40 @@ BIN    := $(VENV)/bin
 STACK  ?= dev
 STAMP  := $(VENV)/.installed
 
-.PHONY: plan test lint typecheck unit bench clean
+.PHONY: plan test lint typecheck unit bench clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# Strict editable install: a link tree of the package that mypy can read (it cannot follow import hooks). A new or
+# renamed module needs a reinstall, hence the dependency on the list of modules.
+MODULES := $(shell find components stacks -name '*.py' -o -name '*.sh' | sort)
+MODLIST := $(VENV)/.modules
+
+$(MODLIST): FORCE | $(BIN)/python
+	@echo '$(MODULES)' | cmp -s - $@ || echo '$(MODULES)' > $@
+
+$(STAMP): pyproject.toml $(MODLIST) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=strict
 	touch $@
+
+FORCE:
 
 ## Offline plan of a stack (default dev) under Pulumi's mock engine: no CLI, no credentials.
 plan: $(STAMP)
-	$(BIN)/python -m stacks.plan $(STACK)
+	$(BIN)/python -m proxmox_gpu_cluster.plan $(STACK)
 
 ## Everything: lint, type checks, tests.
 test: lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check components stacks tests benchmarks __main__.py
-	$(BIN)/ruff format --check components stacks tests benchmarks __main__.py
+	$(BIN)/ruff check components stacks tests benchmarks examples __main__.py
+	$(BIN)/ruff format --check components stacks tests benchmarks examples __main__.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+	for f in __main__.py $(wildcard examples/*/__main__.py); do $(BIN)/mypy "$$f" || exit 1; done
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -37,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_scale.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

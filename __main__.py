@@ -1,7 +1,6 @@
-"""proxmox-gpu-cluster: load the stack's spec and secrets, build everything, export the results."""
+"""proxmox-gpu-cluster: load the stack's spec and secrets, build the cluster, export the results."""
 
-from stacks.build import build, export
-from stacks.config import load
+from proxmox_gpu_cluster import GpuCluster, export, load
 
 spec, secrets = load()
-export(build(spec, secrets))
+export(GpuCluster("cluster", spec, secrets))

@@ -61,7 +61,7 @@ def make_spec(workers: int) -> dict[str, Any]:
 def measure_one(workers: int) -> dict[str, Any]:
     """Plan one generated stack in this process; returns the figures."""
     sys.path.insert(0, str(ROOT))
-    from stacks.plan import plan, plan_document  # noqa: PLC0415 (import time is part of the measurement)
+    from proxmox_gpu_cluster.stacks.plan import plan, plan_document  # noqa: PLC0415 (import time is part of the measurement)
 
     document = {"config": {"proxmox-gpu-cluster:cluster": make_spec(workers)}}
     start = time.perf_counter()

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_command as command
-
-from components.host_scripts import script
+from proxmox_gpu_cluster.render.host_scripts import script
 
 SSH_DIAL_RETRIES = 30
 """Dial attempts per command (x PER_DIAL_TIMEOUT seconds): covers a host that is still finishing its boot."""

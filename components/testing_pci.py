@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from components.catalog import CATALOG
-from components.spec import ClusterSpec
+from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.core.spec import ClusterSpec
 
 InvokeHook = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 

@@ -1,6 +1,7 @@
 """Read the cluster spec and the secrets from the stack's Pulumi config.
 
-The spec is one structured key, ``proxmox-gpu-cluster:cluster``. Secrets are separate secret keys, read with
+The spec is one structured key, ``<namespace>:cluster`` (the namespace is the program's project name unless the
+program names another, e.g. ``proxmox-gpu-cluster:cluster`` here). Secrets are separate secret keys, read with
 ``require_secret`` so they stay Pulumi secrets end to end; which ones are required depends on the spec (auth
 mode, join method). Every problem, in the spec or a missing secret, is reported at once as one
 ``pulumi.RunError`` (the CLI prints it without a traceback) before any resource registers.
@@ -13,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-
-from components.errors import SpecError
-from components.spec import ClusterSpec, load_spec
+from proxmox_gpu_cluster.cluster.providers import Secrets
+from proxmox_gpu_cluster.core.errors import SpecError
+from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
 
 PROJECT = "proxmox-gpu-cluster"
+"""This repository's project name, the default config namespace of its own stacks."""
 SPEC_KEY = "cluster"
 
 
@@ -51,19 +53,6 @@ class InvalidStackConfig(pulumi.RunError):
         super().__init__("invalid stack configuration:\n" + "\n".join(lines))
 
 
-@dataclass(frozen=True)
-class Secrets:
-    """Secret inputs, each a secret Output (None where the spec does not need it)."""
-
-    ssh_private_key: pulumi.Output[str]
-    kubeconfig: pulumi.Output[str]
-    proxmox_api_token: pulumi.Output[str] | None = None
-    proxmox_password: pulumi.Output[str] | None = None
-    join_token: pulumi.Output[str] | None = None
-    ca_cert_hash: pulumi.Output[str] | None = None
-    vgpu_registry_password: pulumi.Output[str] | None = None
-
-
 def required_secrets(spec: ClusterSpec) -> list[SecretKey]:
     """The secret keys this spec needs."""
     keys = [SSH_PRIVATE_KEY, KUBECONFIG]
@@ -75,28 +64,28 @@ def required_secrets(spec: ClusterSpec) -> list[SecretKey]:
     return keys
 
 
-def parse_spec(raw: Any) -> ClusterSpec:
+def parse_spec(raw: Any, namespace: str = PROJECT) -> ClusterSpec:
     """Validate the raw ``cluster`` value; InvalidStackConfig lists every problem."""
     if raw is None:
-        raise InvalidStackConfig([f"{PROJECT}:{SPEC_KEY}: required config key is not set"])
+        raise InvalidStackConfig([f"{namespace}:{SPEC_KEY}: required config key is not set"])
     try:
-        return load_spec(raw, root=f"{PROJECT}:{SPEC_KEY}")
+        return load_spec(raw, root=f"{namespace}:{SPEC_KEY}")
     except SpecError as err:
         raise InvalidStackConfig(err.lines) from None
 
 
-def load(config: pulumi.Config | None = None) -> tuple[ClusterSpec, Secrets]:
-    """Load and validate the spec and every secret it needs, or raise InvalidStackConfig with all problems."""
-    cfg = config or pulumi.Config(PROJECT)
+def load(namespace: str | None = None) -> tuple[ClusterSpec, Secrets]:
+    """Load and validate the spec and every secret it needs from the config ``namespace`` (default: the
+    program's project name), or raise InvalidStackConfig with all problems."""
+    ns = namespace or pulumi.get_project()
+    cfg = pulumi.Config(ns)
     try:
         raw = cfg.get_object(SPEC_KEY)
     except pulumi.ConfigTypeError:
-        raise InvalidStackConfig(
-            [f"{PROJECT}:{SPEC_KEY}: expected a mapping (the cluster spec), got plain text"]
-        ) from None
-    spec = parse_spec(raw)
+        raise InvalidStackConfig([f"{ns}:{SPEC_KEY}: expected a mapping (the cluster spec), got plain text"]) from None
+    spec = parse_spec(raw, ns)
     missing = [
-        f"{PROJECT}:{s.key}: required secret is not set ({s.purpose}); pulumi config set --secret {PROJECT}:{s.key} ..."
+        f"{ns}:{s.key}: required secret is not set ({s.purpose}); pulumi config set --secret {ns}:{s.key} ..."
         for s in required_secrets(spec)
         if cfg.get(s.key) is None
     ]
@@ -123,9 +112,9 @@ def load(config: pulumi.Config | None = None) -> tuple[ClusterSpec, Secrets]:
     return spec, secrets
 
 
-def raw_spec_from_stack_file(document: Mapping[str, Any]) -> Any:
+def raw_spec_from_stack_file(document: Mapping[str, Any], namespace: str = PROJECT) -> Any:
     """The ``cluster`` value of a parsed ``Pulumi.<stack>.yaml`` (None if absent, or if ``config`` is no mapping)."""
     config = document.get("config") or {}
     if not isinstance(config, Mapping):
         return None
-    return config.get(f"{PROJECT}:{SPEC_KEY}", config.get(SPEC_KEY))
+    return config.get(f"{namespace}:{SPEC_KEY}", config.get(SPEC_KEY))

@@ -3,12 +3,12 @@
 Like ``helm template`` or ``cdk synth``: no Pulumi CLI, no credentials, no network. Secrets get placeholder
 values and are shown as ``[secret]``.
 
-    python -m stacks.plan dev                 # resource tree + capacity table
-    python -m stacks.plan dev --json          # machine-readable plan
-    python -m stacks.plan dev --out plan-out  # one YAML file of inputs per resource
-    python -m stacks.plan --config my.yaml x  # any stack file
-    python -m stacks.plan kubevirt --kubevirt-vms  # example VirtualMachines for the stack's GPU resources
-    python -m stacks.plan dev --pci pve1=pve1-pci.json  # preflight against a real host's PCI device list
+    python -m proxmox_gpu_cluster.plan dev                 # resource tree + capacity table
+    python -m proxmox_gpu_cluster.plan dev --json          # machine-readable plan
+    python -m proxmox_gpu_cluster.plan dev --out plan-out  # one YAML file of inputs per resource
+    python -m proxmox_gpu_cluster.plan --config my.yaml x  # any stack file
+    python -m proxmox_gpu_cluster.plan kubevirt --kubevirt-vms  # example VirtualMachines for the stack's GPU resources
+    python -m proxmox_gpu_cluster.plan dev --pci pve1=pve1-pci.json  # preflight against a real host's PCI device list
 
 Exit codes: 0 planned, 2 invalid spec or config (one line per problem on stderr), 1 anything else.
 """
@@ -26,16 +26,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from components.capacity import WorkerCapacity, capacity_table
-from components.disruption import disruption, disruption_lines
-from components.kubevirt import example_virtual_machines
-from components.pci_mapping import IommuPreflightError
-from components.spec import ClusterSpec
-from components.testing import RecordedResource, Recording, RecordingMocks, redact, run
-from components.testing_pci import pci_invokes
-from stacks.config import ALL_SECRETS, PROJECT, InvalidStackConfig, parse_spec, raw_spec_from_stack_file
-from stacks.plan_inputs import InputError, read_inputs
+from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_table
+from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.proxmox.pci_mapping import IommuPreflightError
+from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
+from proxmox_gpu_cluster.render.kubevirt import example_virtual_machines
+from proxmox_gpu_cluster.stacks.config import (
+    ALL_SECRETS,
+    PROJECT,
+    InvalidStackConfig,
+    parse_spec,
+    raw_spec_from_stack_file,
+)
+from proxmox_gpu_cluster.stacks.plan_inputs import InputError, read_inputs
+from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMocks, redact, run
+from proxmox_gpu_cluster.testing_pci import pci_invokes
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -212,7 +217,7 @@ def plan(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m proxmox_gpu_cluster.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", help="stack name; reads Pulumi.<stack>.yaml unless --config is given")
     parser.add_argument("--config", type=Path, help="stack config file to plan instead of Pulumi.<stack>.yaml")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")

@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
-
-from components.errors import SpecError
-from components.spec import load_spec
-from components.testing import Recording, RecordingMocks, is_secret, run
-from components.testing_pci import pci_invokes, spec_shaped_pci
-from stacks.build import build, export
-from stacks.config import load
+from proxmox_gpu_cluster import GpuCluster, export
+from proxmox_gpu_cluster.core.errors import SpecError
+from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.stacks.config import load
+from proxmox_gpu_cluster.testing import Recording, RecordingMocks, is_secret, run
+from proxmox_gpu_cluster.testing_pci import pci_invokes, spec_shaped_pci
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -212,7 +211,12 @@ def plan_stack(
     config, keys = stack_config(raw)
     mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
     return run(
-        lambda: export(build(*load())), stack=stack, config=config, secret_keys=keys, mocks=mocks, recording=recording
+        lambda: export(GpuCluster("cluster", *load())),
+        stack=stack,
+        config=config,
+        secret_keys=keys,
+        mocks=mocks,
+        recording=recording,
     )
 
 

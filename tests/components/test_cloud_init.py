@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import yaml
-
-from components.cloud_init import NOUVEAU_BLACKLIST, vendor_data
+from proxmox_gpu_cluster.render.cloud_init import NOUVEAU_BLACKLIST, vendor_data
 
 
 def test_is_cloud_config() -> None:

@@ -7,15 +7,16 @@ import csv
 import io
 from typing import Any
 
-from components.dcgm import (
+from proxmox_gpu_cluster.core.dcgm_fields import ALERT_FIELDS, DASHBOARD_FIELDS, DEFAULT_FIELDS, KNOWN_FIELDS
+from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.render.dcgm import (
     METRICS_KEY,
     metrics_config_data,
     metrics_config_name,
     metrics_csv,
     service_monitor_spec,
 )
-from components.dcgm_fields import ALERT_FIELDS, DASHBOARD_FIELDS, DEFAULT_FIELDS, KNOWN_FIELDS
-from components.spec import load_spec
+
 from tests.support import base_spec, plan_stack
 
 MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
@@ -80,17 +81,19 @@ def test_metric_change_changes_only_the_configmap_and_release_values() -> None:
         for r in after.resources
         if r.type != "pulumi:pulumi:Stack" and r.plain_inputs != before.named(r.name).plain_inputs
     }
-    assert changed == {"gpu-operator-dcgm-metrics", "gpu-operator-release"}
-    name = after.named("gpu-operator-dcgm-metrics").plain_inputs["metadata"]["name"]
+    assert changed == {"cluster-gpu-operator-dcgm-metrics", "cluster-gpu-operator-release"}
+    name = after.named("cluster-gpu-operator-dcgm-metrics").plain_inputs["metadata"]["name"]
     assert after.one(RELEASE).plain_inputs["values"]["dcgmExporter"]["config"] == {"name": name}
-    assert after.depends_on(after.named("gpu-operator-release"), after.named("gpu-operator-dcgm-metrics"))
+    assert after.depends_on(
+        after.named("cluster-gpu-operator-release"), after.named("cluster-gpu-operator-dcgm-metrics")
+    )
 
 
 def test_no_exporter_no_metrics_configmap() -> None:
     raw = base_spec()
     raw["gpuOperator"]["dcgm"] = False
     rec = plan_stack(raw)
-    assert [r for r in rec.resources if r.name == "gpu-operator-dcgm-metrics"] == []
+    assert [r for r in rec.resources if r.name == "cluster-gpu-operator-dcgm-metrics"] == []
     values = rec.one(RELEASE).plain_inputs["values"]
     assert values["dcgmExporter"] == {"enabled": False}
 
@@ -99,7 +102,10 @@ def test_monitoring_resources_only_when_asked() -> None:
     assert plan_stack(base_spec()).of_type(MONITOR) == []
     rec = plan_stack(monitored())
     component = rec.one("proxmox-gpu-cluster:gpu_monitoring:GpuMonitoring")
-    assert {r.name for r in rec.children(component)} == {"gpu-monitoring-service-monitor", "gpu-monitoring-alerts"}
+    assert {r.name for r in rec.children(component)} == {
+        "cluster-gpu-monitoring-service-monitor",
+        "cluster-gpu-monitoring-alerts",
+    }
     rule = rec.one(RULE).plain_inputs["spec"]["groups"][0]["rules"]
     missing = next(r for r in rule if r["alert"] == "GpuExporterMissing")["expr"]
     # the container workers of the base spec, not its vm workloads
@@ -108,7 +114,7 @@ def test_monitoring_resources_only_when_asked() -> None:
     )
     assert rec.one(MONITOR).provider == rec.one("pulumi:providers:kubernetes").urn
     # in the operator namespace, so created after it
-    assert rec.depends_on(rec.one(MONITOR), rec.named("gpu-operator-namespace"))
+    assert rec.depends_on(rec.one(MONITOR), rec.named("cluster-gpu-operator-namespace"))
 
 
 def test_monitoring_namespace_and_labels_from_spec() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from components.disruption import disruption, disruption_lines, host_reboot
-from components.spec import load_spec
+from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines, host_reboot
+
 from tests.support import base_spec
 
 

@@ -16,14 +16,18 @@ def test_children_are_named_and_parented() -> None:
     operator = rec.one("proxmox-gpu-cluster:gpu_operator:GpuOperator")
     children = {r.name: r.type for r in rec.children(operator)}
     assert children == {
-        "gpu-operator-namespace": "kubernetes:core/v1:Namespace",
-        "gpu-operator-device-plugin-config": CONFIG_MAP,
-        "gpu-operator-mig-config": CONFIG_MAP,
-        "gpu-operator-dcgm-metrics": CONFIG_MAP,
-        "gpu-operator-release": RELEASE,
+        "cluster-gpu-operator-namespace": "kubernetes:core/v1:Namespace",
+        "cluster-gpu-operator-device-plugin-config": CONFIG_MAP,
+        "cluster-gpu-operator-mig-config": CONFIG_MAP,
+        "cluster-gpu-operator-dcgm-metrics": CONFIG_MAP,
+        "cluster-gpu-operator-release": RELEASE,
     }
     labels = rec.one("proxmox-gpu-cluster:gpu_node:GpuNodeLabels")
-    assert sorted(r.name for r in rec.children(labels)) == ["gpu-nodes-mig-1", "gpu-nodes-mig-2", "gpu-nodes-ts-1"]
+    assert sorted(r.name for r in rec.children(labels)) == [
+        "cluster-gpu-nodes-mig-1",
+        "cluster-gpu-nodes-mig-2",
+        "cluster-gpu-nodes-ts-1",
+    ]
     k8s = rec.one("pulumi:providers:kubernetes")
     assert all(r.provider == k8s.urn for r in rec.resources if r.type.startswith("kubernetes:"))
 
@@ -44,8 +48,8 @@ def test_release_inputs_and_values() -> None:
     assert release["chart"] == "gpu-operator" and release["version"] == "v26.7.0"
     assert release["repositoryOpts"] == {"repo": "https://helm.ngc.nvidia.com/nvidia"}
     assert release["atomic"] is True and release["namespace"] == "gpu-operator"
-    dp = rec.named("gpu-operator-device-plugin-config").plain_inputs
-    mig = rec.named("gpu-operator-mig-config").plain_inputs
+    dp = rec.named("cluster-gpu-operator-device-plugin-config").plain_inputs
+    mig = rec.named("cluster-gpu-operator-mig-config").plain_inputs
     values = release["values"]
     assert values["devicePlugin"]["config"] == {"name": dp["metadata"]["name"], "default": "default", "create": False}
     assert values["migManager"]["config"]["name"] == mig["metadata"]["name"]
@@ -61,7 +65,7 @@ def test_node_patches() -> None:
     raw = base_spec()
     raw["workers"][0]["taint"] = True
     rec = plan_stack(raw)
-    mig1 = rec.named("gpu-nodes-mig-1").plain_inputs
+    mig1 = rec.named("cluster-gpu-nodes-mig-1").plain_inputs
     assert mig1["metadata"]["name"] == "mig-1"
     assert mig1["metadata"]["annotations"] == {"pulumi.com/patchForce": "true"}
     assert mig1["metadata"]["labels"] == {
@@ -71,7 +75,7 @@ def test_node_patches() -> None:
         "proxmox-gpu-cluster.io/accelerator": "A100-PCIE-40GB",
     }
     assert mig1["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
-    ts1 = rec.named("gpu-nodes-ts-1").plain_inputs
+    ts1 = rec.named("cluster-gpu-nodes-ts-1").plain_inputs
     assert ts1["metadata"]["labels"]["nvidia.com/device-plugin.config"].startswith("time-slicing-4-")
     assert "nvidia.com/mig.config" not in ts1["metadata"]["labels"]
     assert "spec" not in ts1 or not ts1["spec"].get("taints")
@@ -80,7 +84,7 @@ def test_node_patches() -> None:
 @pytest.mark.parametrize("workload", ["vm-passthrough", "vm-vgpu"])
 def test_kubevirt_node_labels(workload: str) -> None:
     raw = make_vm_worker(base_spec(), 2, workload)
-    labels = plan_stack(raw).named("gpu-nodes-ts-1").plain_inputs["metadata"]["labels"]
+    labels = plan_stack(raw).named("cluster-gpu-nodes-ts-1").plain_inputs["metadata"]["labels"]
     expected = {"nvidia.com/gpu.workload.config": workload, "proxmox-gpu-cluster.io/accelerator": "A10"}
     if workload == "vm-vgpu":
         expected["nvidia.com/vgpu.config"] = "A10-24Q"
@@ -98,9 +102,13 @@ def test_changing_replicas_changes_only_configmap_name_and_values() -> None:
         if r.type != "pulumi:pulumi:Stack" and r.plain_inputs != before.named(r.name).plain_inputs
     }
     # the ConfigMap (new content-addressed name), the release values that carry it, the one node label
-    assert changed == {"gpu-operator-device-plugin-config", "gpu-operator-release", "gpu-nodes-ts-1"}
-    old_name = before.named("gpu-operator-device-plugin-config").plain_inputs["metadata"]["name"]
-    new_name = after.named("gpu-operator-device-plugin-config").plain_inputs["metadata"]["name"]
+    assert changed == {
+        "cluster-gpu-operator-device-plugin-config",
+        "cluster-gpu-operator-release",
+        "cluster-gpu-nodes-ts-1",
+    }
+    old_name = before.named("cluster-gpu-operator-device-plugin-config").plain_inputs["metadata"]["name"]
+    new_name = after.named("cluster-gpu-operator-device-plugin-config").plain_inputs["metadata"]["name"]
     assert old_name != new_name
     assert after.one(RELEASE).plain_inputs["values"]["devicePlugin"]["config"]["name"] == new_name
 
@@ -115,9 +123,11 @@ def test_without_the_operator_a_taint_is_still_applied_and_nothing_of_the_operat
     raw["workers"][2]["taint"] = True
     rec = plan_stack(raw)
     assert rec.of_type(RELEASE) == [] and sorted(p.name for p in rec.of_type(NODE_PATCH)) == [
-        "gpu-nodes-mig-1", "gpu-nodes-mig-2", "gpu-nodes-ts-1",
+        "cluster-gpu-nodes-mig-1", "cluster-gpu-nodes-mig-2", "cluster-gpu-nodes-ts-1",
     ]  # fmt: skip
-    patch = rec.named("gpu-nodes-ts-1").plain_inputs
+    patch = rec.named("cluster-gpu-nodes-ts-1").plain_inputs
     assert patch["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     assert patch["metadata"]["labels"] == {"proxmox-gpu-cluster.io/accelerator": "A10"}
-    assert not any(k.startswith("nvidia.com/") for k in rec.named("gpu-nodes-mig-1").plain_inputs["metadata"]["labels"])
+    assert not any(
+        k.startswith("nvidia.com/") for k in rec.named("cluster-gpu-nodes-mig-1").plain_inputs["metadata"]["labels"]
+    )

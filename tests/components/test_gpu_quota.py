@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
+from proxmox_gpu_cluster.core.capacity import quota_hard, quota_warnings
+from proxmox_gpu_cluster.core.spec import load_spec
 
-from components.capacity import quota_hard, quota_warnings
-from components.spec import load_spec
 from tests.support import base_spec, plan_stack
 
 
@@ -32,7 +32,7 @@ def test_resource_quota_under_mocks(version: str) -> None:
     raw["quotas"][0]["resources"]["nvidia.com/gpu"] = 9
     rec = plan_stack(raw)
     quota = rec.one("kubernetes:core/v1:ResourceQuota")
-    assert quota.name == "gpu-quotas-team-a"
+    assert quota.name == "cluster-gpu-quotas-team-a"
     assert quota.parent == rec.one("proxmox-gpu-cluster:gpu_quota:GpuQuotas").urn
     assert quota.plain_inputs["metadata"] == {"name": "gpu-quota", "namespace": "team-a"}
     assert quota.plain_inputs["spec"]["hard"] == {"requests.nvidia.com/gpu": "9", "requests.nvidia.com/mig-1g.5gb": "2"}

@@ -86,7 +86,7 @@ def test_kubevirt_objects(version: str) -> None:
     for r in rec.of_type("kubernetes:core/v1:Secret") + rec.of_type("kubernetes:core/v1:NodePatch"):
         kubernetes_validate.validate(as_object(r.type, r.plain_inputs), version, strict=True)
         checked.append(r.name)
-    assert {"gpu-operator-vgpu-pull-secret", "gpu-nodes-ts-1", "gpu-nodes-bm-1"} <= set(checked)
+    assert {"cluster-gpu-operator-vgpu-pull-secret", "cluster-gpu-nodes-ts-1", "cluster-gpu-nodes-bm-1"} <= set(checked)
     patch = rec.one("kubernetes:kubevirt.io/v1:KubeVirtPatch").plain_inputs
     assert (patch["apiVersion"], patch["kind"]) == ("kubevirt.io/v1", "KubeVirt")
     assert set(patch["spec"]) == {"configuration"}

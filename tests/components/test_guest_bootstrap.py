@@ -12,13 +12,13 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 import pytest
+from proxmox_gpu_cluster.core.errors import SpecError
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
+from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
+from proxmox_gpu_cluster.render.guest_scripts import driver_args, verify_args
+from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, redact, run
 
-from components.errors import SpecError
-from components.guest_bootstrap import GuestBootstrap
-from components.guest_scripts import driver_args, verify_args
-from components.guest_spec import GuestBootstrapSpec, bootstrap_spec
-from components.spec import load_spec
-from components.testing import RecordedResource, Recording, is_secret, redact, run
 from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
 
 BOOTSTRAP = "proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap"
@@ -29,8 +29,8 @@ ORDER = ("cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
 
 
 def steps(rec: Recording, worker: str) -> dict[str, RecordedResource]:
-    component = rec.named(f"{worker}-bootstrap")
-    prefix = f"{worker}-bootstrap-"
+    component = rec.named(f"cluster-{worker}-bootstrap")
+    prefix = f"cluster-{worker}-bootstrap-"
     return {r.name.removeprefix(prefix): r for r in rec.children(component)}
 
 
@@ -50,35 +50,35 @@ def test_steps_wait_for_their_own_vm_and_never_for_another_worker() -> None:
     rec = plan_stack(base_spec())
     workers = ("mig-1", "mig-2", "ts-1")
     for worker in workers:
-        vm = rec.named(f"{worker}-vm")
+        vm = rec.named(f"cluster-{worker}-vm")
         for step in steps(rec, worker).values():
             assert rec.depends_on(step, vm), step.name
             assert step.replace_with == [vm.urn], step.name
             for other in workers:
                 if other == worker:
                     continue
-                assert not rec.depends_on(step, rec.named(f"{other}-vm")), (step.name, other)
-                assert not rec.depends_on(step, rec.named(f"{other}-bootstrap")), (step.name, other)
+                assert not rec.depends_on(step, rec.named(f"cluster-{other}-vm")), (step.name, other)
+                assert not rec.depends_on(step, rec.named(f"cluster-{other}-bootstrap")), (step.name, other)
 
 
 def test_static_address_still_waits_for_the_vm() -> None:
     rec = plan_stack(base_spec())
     cloud_init = steps(rec, "ts-1")["cloud-init"]  # ts-1 has a static 192.0.2.60
-    assert rec.named("ts-1-vm").urn in cloud_init.property_dependencies["connection"]
+    assert rec.named("cluster-ts-1-vm").urn in cloud_init.property_dependencies["connection"]
 
 
 def test_large_bar_restart_comes_before_the_bootstrap() -> None:
     rec = plan_stack(base_spec())  # token mode: the A100 workers get their MMIO window via qm set
-    assert rec.depends_on(steps(rec, "mig-1")["cloud-init"], rec.named("mig-1-large-bar"))
+    assert rec.depends_on(steps(rec, "mig-1")["cloud-init"], rec.named("cluster-mig-1-large-bar"))
 
 
 def test_node_labels_wait_for_their_own_bootstrap_only() -> None:
     rec = plan_stack(base_spec())
     for worker in ("mig-1", "mig-2", "ts-1"):
-        patch = rec.named(f"gpu-nodes-{worker}")
+        patch = rec.named(f"cluster-gpu-nodes-{worker}")
         assert rec.depends_on(patch, steps(rec, worker)["verify"])
         for other in {"mig-1", "mig-2", "ts-1"} - {worker}:
-            assert not rec.depends_on(patch, rec.named(f"{other}-bootstrap-verify"))
+            assert not rec.depends_on(patch, rec.named(f"cluster-{other}-bootstrap-verify"))
 
 
 def test_connection_uses_the_secret_key_with_bounded_retries() -> None:
@@ -123,7 +123,7 @@ def test_plan_json_has_no_canary(tmp_path: Any) -> None:
     config.update({f"proxmox-gpu-cluster:{k}": {"secure": "AAAA"} for k in SECRETS})
     stack_file.write_text(json.dumps({"config": config}))
     proc = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "--config", str(stack_file), "canary", "--json"],
+        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "--config", str(stack_file), "canary", "--json"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -150,14 +150,14 @@ def test_driver_version_bump_updates_only_the_driver_step_its_wait_and_the_gate(
     old, new = plain_inputs_by_name(before), plain_inputs_by_name(after)
     changed = {name.split("-bootstrap-")[1] for name in new if new[name] != old[name]}
     assert changed == {"driver", "verify"}  # driver-wait then updates from the driver's new output
-    assert "--version 580.105.08" in new["ts-1-bootstrap-driver"]["create"]
+    assert "--version 580.105.08" in new["cluster-ts-1-bootstrap-driver"]["create"]
     # Updates, not replacements: nothing in the bootstrap sets triggers (pulumi-command replaces on any trigger
     # change) and the wait step takes the driver output as an ordinary input.
     for r in after.resources:
         if "-bootstrap-" in r.name:
             assert "triggers" not in r.inputs, r.name
-    wait = after.named("ts-1-bootstrap-driver-wait")
-    assert after.named("ts-1-bootstrap-driver").urn in wait.property_dependencies["environment"]
+    wait = after.named("cluster-ts-1-bootstrap-driver-wait")
+    assert after.named("cluster-ts-1-bootstrap-driver").urn in wait.property_dependencies["environment"]
 
 
 def test_worker_vms_never_purge_their_driver() -> None:

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import shlex
 
-from components.host_scripts import kernel_args, parse_groups, prep_args, remote_command, retire_args, verify_args
-from components.spec import load_spec
+from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.render.host_scripts import (
+    kernel_args,
+    parse_groups,
+    prep_args,
+    remote_command,
+    retire_args,
+    verify_args,
+)
+
 from tests.support import base_spec
 
 

@@ -9,11 +9,11 @@ import re
 from typing import Any
 
 import pytest
+from proxmox_gpu_cluster.core.capacity import capacity_table
+from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
+from proxmox_gpu_cluster.render.kubevirt import docker_config_json, example_virtual_machines, kubevirt_patch_spec
 
-from components.capacity import capacity_table
-from components.catalog import CATALOG
-from components.kubevirt import docker_config_json, example_virtual_machines, kubevirt_patch_spec
-from components.spec import ClusterSpec, load_spec
 from tests.support import SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
 
 PATCH = "kubernetes:kubevirt.io/v1:KubeVirtPatch"
@@ -110,7 +110,7 @@ def test_patch_targets_the_configured_kubevirt_cr() -> None:
     rec = plan_stack(bare_metal())
     component = rec.one("proxmox-gpu-cluster:kubevirt_devices:KubeVirtGpuDevices")
     patch = rec.one(PATCH)
-    assert patch.name == "kubevirt-gpus-kubevirt" and patch.parent == component.urn
+    assert patch.name == "cluster-kubevirt-gpus-kubevirt" and patch.parent == component.urn
     inputs = patch.plain_inputs
     assert (inputs["apiVersion"], inputs["kind"]) == ("kubevirt.io/v1", "KubeVirt")
     assert inputs["metadata"] == {
@@ -138,7 +138,7 @@ def test_bare_metal_nodes_are_labelled_by_name() -> None:
         {"name": "bm-2", "workload": "vm-passthrough", "gpus": {"L4": 1, "A10": 2}},
     )
     rec = plan_stack(raw)
-    bm1 = rec.named("gpu-nodes-bm-1").plain_inputs
+    bm1 = rec.named("cluster-gpu-nodes-bm-1").plain_inputs
     assert bm1["metadata"]["name"] == "bm-1"
     assert bm1["metadata"]["labels"] == {
         "nvidia.com/gpu.workload.config": "vm-vgpu",
@@ -146,17 +146,17 @@ def test_bare_metal_nodes_are_labelled_by_name() -> None:
         "proxmox-gpu-cluster.io/accelerator": "A10",
     }
     assert bm1["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
-    bm2 = rec.named("gpu-nodes-bm-2").plain_inputs["metadata"]["labels"]
+    bm2 = rec.named("cluster-gpu-nodes-bm-2").plain_inputs["metadata"]["labels"]
     assert bm2["nvidia.com/gpu.workload.config"] == "vm-passthrough" and "nvidia.com/vgpu.config" not in bm2
     # Bare-metal nodes are not provisioned: no VM and no bootstrap for them, and their labels wait for nothing.
     assert not [r for r in rec.resources if "bm-1" in r.name and r.type.startswith(("proxmoxve:", "command:"))]
-    assert not rec.named("gpu-nodes-bm-1").dependencies
+    assert not rec.named("cluster-gpu-nodes-bm-1").dependencies
 
 
 def test_vgpu_pull_secret_stays_secret_and_the_release_waits_for_it() -> None:
     raw = bare_metal({"name": "bm-1", "workload": "vm-vgpu", "gpus": {"A10": 1}, "vgpuType": "A10-24Q"})
     rec = plan_stack(raw)
-    secret = rec.named("gpu-operator-vgpu-pull-secret")
+    secret = rec.named("cluster-gpu-operator-vgpu-pull-secret")
     assert secret.type == "kubernetes:core/v1:Secret"
     inputs = secret.plain_inputs
     assert inputs["type"] == "kubernetes.io/dockerconfigjson"
@@ -190,5 +190,5 @@ def test_hco_clusters_skip_the_patch_but_get_the_device_list() -> None:
             }
         ]
     }
-    assert rec.named("gpu-nodes-ts-1")  # labels and operator values still apply
+    assert rec.named("cluster-gpu-nodes-ts-1")  # labels and operator values still apply
     assert rec.one("kubernetes:helm.sh/v3:Release").plain_inputs["values"]["sandboxWorkloads"]["enabled"] is True

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from components.catalog import CATALOG
-from components.mig import geometry_problems, place
+from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.core.mig import geometry_problems, place
 
 A100 = CATALOG["A100-PCIE-40GB"]
 A30 = CATALOG["A30"]

@@ -13,8 +13,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from proxmox_gpu_cluster.render.dashboard import DATA_KEY
 
-from components.dashboard import DATA_KEY
 from tests.support import base_spec, plan_stack, reference_file
 
 CRDS = {
@@ -84,7 +84,7 @@ def test_an_unknown_or_mistyped_field_would_be_caught() -> None:
 @pytest.mark.parametrize("version", ["1.33", "1.34"])
 def test_dashboard_and_priority_classes_pass_kubernetes_validate_strict(version: str) -> None:
     rec = plan_stack(monitored())
-    board = rec.named("gpu-monitoring-dashboard").plain_inputs
+    board = rec.named("cluster-gpu-monitoring-dashboard").plain_inputs
     classes = rec.of_type("kubernetes:scheduling.k8s.io/v1:PriorityClass")
     quotas = rec.of_type("kubernetes:core/v1:ResourceQuota")
     for obj in [board, *(c.plain_inputs for c in classes), *(q.plain_inputs for q in quotas)]:
@@ -97,9 +97,9 @@ def test_dashboard_and_priority_classes_pass_kubernetes_validate_strict(version:
         "gpu-production": 100000,
         "gpu-batch": 1000,
     }
-    scoped = rec.named("gpu-quotas-team-a.gpu-batch").plain_inputs
+    scoped = rec.named("cluster-gpu-quotas-team-a.gpu-batch").plain_inputs
     assert scoped["metadata"]["name"] == "gpu-quota-gpu-batch"
     assert scoped["spec"]["scopeSelector"] == {
         "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["gpu-batch"]}]
     }
-    assert rec.depends_on(rec.named("gpu-quotas-team-a.gpu-batch"), classes[0])
+    assert rec.depends_on(rec.named("cluster-gpu-quotas-team-a.gpu-batch"), classes[0])

@@ -6,8 +6,7 @@ import re
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from components.names import StackScope, image_stem
+from proxmox_gpu_cluster.core.names import StackScope, image_stem
 
 LABEL = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?\Z")
 CONFIGID = re.compile(r"^[a-z][a-z0-9_-]+$", re.IGNORECASE)  # pve-common $CONFIGID_RE (mapping ids)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
+from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.render.operator_values import dra_values, operator_values
 
-from components.operator_values import dra_values, operator_values
-from components.spec import load_spec
 from tests.support import CHART_VERSIONS, base_spec, make_vm_worker, reference_file, shared_reference
 
 FORBIDDEN = {"operator.defaultRuntime", "driver.useOpenKernelModules"}

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pulumi_kubernetes as kubernetes
-
-from components.gpu_quota import GpuQuotas
-from components.priority_classes import GpuPriorityClasses
-from components.scheduling_spec import PriorityClassSpec, Quota
-from components.testing import run
+from proxmox_gpu_cluster.core.scheduling_spec import PriorityClassSpec, Quota
+from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas
+from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses
+from proxmox_gpu_cluster.testing import run
 
 CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
 QUOTA = "kubernetes:core/v1:ResourceQuota"

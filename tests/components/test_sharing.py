@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import yaml
+from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.render.sharing import device_plugin_config, mig_config
 
-from components.sharing import device_plugin_config, mig_config
-from components.spec import load_spec
 from tests.support import base_spec, shared_reference
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.capacity import smoke_test_resource
-from components.spec import load_spec
+from proxmox_gpu_cluster.core.capacity import smoke_test_resource
+from proxmox_gpu_cluster.core.spec import load_spec
+
 from tests.support import base_spec, make_vm_worker, plan_stack
 
 JOB = "kubernetes:batch/v1:Job"
@@ -23,7 +24,7 @@ def test_opt_in() -> None:
 def test_job_runs_nvidia_smi_on_one_gpu_and_tolerates_the_taint() -> None:
     rec = plan_stack(smoke(base_spec()))
     job = rec.one(JOB)
-    assert job.name == "gpu-smoke-test-job"
+    assert job.name == "cluster-gpu-smoke-test-job"
     assert rec.by_urn(job.parent).type == "proxmox-gpu-cluster:smoke_test:GpuSmokeTest"
     inputs = job.plain_inputs
     assert inputs["metadata"]["namespace"] == "gpu-operator"
@@ -41,7 +42,7 @@ def test_job_runs_nvidia_smi_on_one_gpu_and_tolerates_the_taint() -> None:
 def test_job_waits_for_the_release_and_nothing_waits_for_the_job() -> None:
     rec = plan_stack(smoke(base_spec()))
     job = rec.one(JOB)
-    release = rec.named("gpu-operator-release")
+    release = rec.named("cluster-gpu-operator-release")
     assert rec.depends_on(job, release)
     assert not any(rec.depends_on(r, job) for r in rec.resources if r is not job and r.custom)
 

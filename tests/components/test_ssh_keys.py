@@ -10,8 +10,7 @@ import struct
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from components.ssh_keys import KEY_TYPES, public_key_problem
+from proxmox_gpu_cluster.core.ssh_keys import KEY_TYPES, public_key_problem
 
 
 def blob(key_type: str, body: bytes = b"\x00" * 32) -> str:

@@ -7,8 +7,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-
-from components.testing import REDACTED, DuplicateUrnError, RecordingMocks, is_secret, redact, run
+from proxmox_gpu_cluster.testing import REDACTED, DuplicateUrnError, RecordingMocks, is_secret, redact, run
 
 
 class Widget(pulumi.ComponentResource):

@@ -8,16 +8,16 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
+from proxmox_gpu_cluster import GpuCluster, export
+from proxmox_gpu_cluster.stacks.config import InvalidStackConfig, load
+from proxmox_gpu_cluster.testing import RecordingMocks, is_secret, run
 
-from components.testing import RecordingMocks, is_secret, run
-from stacks.build import build, export
-from stacks.config import InvalidStackConfig, load
 from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, stack_config
 
 
 def program() -> None:
     spec, secrets = load()
-    export(build(spec, secrets))
+    export(GpuCluster("cluster", spec, secrets))
 
 
 class CountingMocks(RecordingMocks):

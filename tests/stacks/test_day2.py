@@ -8,9 +8,10 @@ import copy
 import json
 from typing import Any
 
-from components.names import StackScope
-from components.testing import RecordedResource, Recording, is_secret, unwrap
-from stacks.plan import main
+from proxmox_gpu_cluster.core.names import StackScope
+from proxmox_gpu_cluster.stacks.plan import main
+from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, unwrap
+
 from tests.support import SECRETS, base_spec, plain_strings, plan_stack, prod_spec, shared_group
 
 HOST_PREP = "proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep"
@@ -60,13 +61,15 @@ def test_a_removed_worker_takes_only_its_own_resources() -> None:
     fewer["workers"] = [w for w in fewer["workers"] if w["name"] != "gpu-a10-b"]
     after = {r.urn: unwrap(r.inputs) for r in plan_stack(fewer).resources}
     gone = {urn.rsplit("::", 1)[1] for urn in set(before) - set(after)}
-    assert {name for name in gone if not name.startswith("gpu-a10-b")} == {"gpu-nodes-gpu-a10-b"}
-    assert {"gpu-a10-b-vm", "gpu-a10-b-retirement-drain", "gpu-a10-b-bootstrap-join"} <= gone
+    assert {name for name in gone if not name.startswith("cluster-gpu-a10-b")} == {"cluster-gpu-nodes-gpu-a10-b"}
+    assert {"cluster-gpu-a10-b-vm", "cluster-gpu-a10-b-retirement-drain", "cluster-gpu-a10-b-bootstrap-join"} <= gone
     assert set(after) <= set(before)
     changed = [urn.rsplit("::", 1)[1] for urn in after if after[urn] != before[urn]]
     # Only the alert rules change: they stop expecting an exporter on the removed node.
-    assert changed == ["gpu-monitoring-alerts"]
-    rules = after[next(urn for urn in after if urn.endswith("::gpu-monitoring-alerts"))]["spec"]["groups"][0]["rules"]
+    assert changed == ["cluster-gpu-monitoring-alerts"]
+    rules = after[next(urn for urn in after if urn.endswith("::cluster-gpu-monitoring-alerts"))]["spec"]["groups"][0][
+        "rules"
+    ]
     missing = next(r["expr"] for r in rules if r["alert"] == "GpuExporterMissing")
     assert "gpu-a10-b" not in missing and "gpu-a10-a" in missing
 
@@ -78,19 +81,23 @@ def replaced_with(rec: Recording, resource: RecordedResource) -> list[RecordedRe
 
 def test_a_replaced_vm_is_deleted_first_and_drained_before_it_goes() -> None:
     rec = plan_stack(prod_spec())
-    vm = rec.named("gpu-a10-b-vm")
+    vm = rec.named("cluster-gpu-a10-b-vm")
     assert vm.delete_before_replace and vm.protect
     cascade = {r.name for r in replaced_with(rec, vm)}
-    steps = {f"gpu-a10-b-bootstrap-{s}" for s in ("cloud-init", "driver", "driver-wait", "runtime", "join", "verify")}
-    assert cascade == steps | {"gpu-a10-b-retirement-drain"}
+    steps = {
+        f"cluster-gpu-a10-b-bootstrap-{s}" for s in ("cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
+    }
+    assert cascade == steps | {"cluster-gpu-a10-b-retirement-drain"}
     # The engine deletes this cascade in no fixed order, so only the retirement may do anything when deleted.
     with_delete = [r.name for r in replaced_with(rec, vm) if r.plain_inputs.get("delete")]
-    assert with_delete == ["gpu-a10-b-retirement-drain"]
+    assert with_delete == ["cluster-gpu-a10-b-retirement-drain"]
     # The node's labels are applied again to the new Node object, after the new bootstrap.
-    labels = rec.named("gpu-nodes-gpu-a10-b")
-    assert labels.replace_with == [rec.named("gpu-a10-b-bootstrap-verify").urn] and labels not in replaced_with(rec, vm)
+    labels = rec.named("cluster-gpu-nodes-gpu-a10-b")
+    assert labels.replace_with == [rec.named("cluster-gpu-a10-b-bootstrap-verify").urn] and labels not in replaced_with(
+        rec, vm
+    )
     # The large-BAR setting follows a replaced A100 VM too.
-    assert rec.named("gpu-a100-a-vm").urn in rec.named("gpu-a100-a-large-bar").replace_with
+    assert rec.named("cluster-gpu-a100-a-vm").urn in rec.named("cluster-gpu-a100-a-large-bar").replace_with
 
 
 def test_a_replace_is_planned_for_a_vmid_change_and_drains_the_old_vm() -> None:
@@ -98,21 +105,21 @@ def test_a_replace_is_planned_for_a_vmid_change_and_drains_the_old_vm() -> None:
     moved = prod_spec()
     moved["workers"][3]["vmid"] = 3212
     after = plan_stack(moved)
-    assert before.named("gpu-a10-b-vm").plain_inputs["vmId"] == 3202
-    assert after.named("gpu-a10-b-vm").plain_inputs["vmId"] == 3212  # ForceNew upstream: a replacement
-    old = before.named("gpu-a10-b-retirement-drain").plain_inputs["delete"]
+    assert before.named("cluster-gpu-a10-b-vm").plain_inputs["vmId"] == 3202
+    assert after.named("cluster-gpu-a10-b-vm").plain_inputs["vmId"] == 3212  # ForceNew upstream: a replacement
+    old = before.named("cluster-gpu-a10-b-retirement-drain").plain_inputs["delete"]
     assert old.startswith("bash -s -- --vmid 3202 --node-name gpu-a10-b --timeout 600 --check 0 --")
-    assert after.named("gpu-a10-b-retirement-drain").plain_inputs["delete"].startswith("bash -s -- --vmid 3212")
+    assert after.named("cluster-gpu-a10-b-retirement-drain").plain_inputs["delete"].startswith("bash -s -- --vmid 3212")
 
 
 def test_the_retirement_waits_for_the_node_and_is_protected_with_the_vm() -> None:
     rec = plan_stack(prod_spec())
-    drain = rec.named("gpu-a10-b-retirement-drain")
+    drain = rec.named("cluster-gpu-a10-b-retirement-drain")
     # depends on the bootstrap and the labels: on removal it is deleted (drains) before them
-    assert rec.depends_on(drain, rec.named("gpu-a10-b-bootstrap-verify"))
-    assert rec.depends_on(drain, rec.named("gpu-nodes-gpu-a10-b"))
-    assert not rec.depends_on(drain, rec.named("gpu-a10-a-vm"))
-    assert drain.protect and drain.replace_with == [rec.named("gpu-a10-b-vm").urn]
+    assert rec.depends_on(drain, rec.named("cluster-gpu-a10-b-bootstrap-verify"))
+    assert rec.depends_on(drain, rec.named("cluster-gpu-nodes-gpu-a10-b"))
+    assert not rec.depends_on(drain, rec.named("cluster-gpu-a10-a-vm"))
+    assert drain.protect and drain.replace_with == [rec.named("cluster-gpu-a10-b-vm").urn]
     inputs = drain.plain_inputs
     assert inputs["connection"]["host"] == "10.20.0.12"  # the Proxmox node, not the guest
     assert inputs["create"].endswith("--check 1 -- --node-name gpu-a10-b --api-endpoint k8s-api.prod.internal:6443 "
@@ -127,7 +134,7 @@ def test_the_retirement_waits_for_the_node_and_is_protected_with_the_vm() -> Non
 def test_unprotected_workers_retire_unprotected() -> None:
     rec = plan_stack(base_spec())
     assert {r.name: r.protect for r in rec.of_type("command:remote:Command") if r.name.endswith("retirement-drain")} == {
-        "mig-1-retirement-drain": False, "mig-2-retirement-drain": False, "ts-1-retirement-drain": False,
+        "cluster-mig-1-retirement-drain": False, "cluster-mig-2-retirement-drain": False, "cluster-ts-1-retirement-drain": False,
     }  # fmt: skip
 
 
@@ -189,7 +196,7 @@ def test_dra_in_the_operator_namespace_creates_one_namespace() -> None:
     raw["gpuOperator"]["dra"] = {"namespace": "gpu-operator"}
     rec = plan_stack(raw)
     assert [r.plain_inputs["metadata"]["name"] for r in rec.of_type(NAMESPACE)] == ["gpu-operator"]
-    assert rec.named("dra-driver-release").plain_inputs["namespace"] == "gpu-operator"
+    assert rec.named("cluster-dra-driver-release").plain_inputs["namespace"] == "gpu-operator"
 
 
 def test_acs_override_defers_isolation_to_host_verify() -> None:
@@ -198,11 +205,11 @@ def test_acs_override_defers_isolation_to_host_verify() -> None:
     raw["proxmox"]["nodes"][1].update(hostPrep=True, acsOverride=True)
     rec = plan_stack(raw, shared_group(raw))
     assert rec.outputs["iommuChecks"] == {"pve1": "plan", "pve2": "host-verify"}
-    mapping = rec.named("pve2-pci-0000:18:00")
-    assert rec.depends_on(mapping, rec.named("pve2-host-prep-verify"))
+    mapping = rec.named("cluster-pve2-pci-0000:18:00")
+    assert rec.depends_on(mapping, rec.named("cluster-pve2-host-prep-verify"))
     assert (
         "--kernel-arg pcie_acs_override=downstream,multifunction"
-        in rec.named("pve2-host-prep-verify").plain_inputs["create"]
+        in rec.named("cluster-pve2-host-prep-verify").plain_inputs["create"]
     )
 
 

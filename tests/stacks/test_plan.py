@@ -1,4 +1,4 @@
-"""The offline plan CLI: text, JSON, --out, exit codes; run in-process and as `python -m stacks.plan`."""
+"""The offline plan CLI: text, JSON, --out, exit codes; run in-process and as `python -m proxmox_gpu_cluster.plan`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from proxmox_gpu_cluster.stacks.plan import main, plan, stack_config
 
-from stacks.plan import main, plan, stack_config
 from tests.support import ROOT, base_spec, make_vm_worker
 
 
@@ -67,7 +67,9 @@ def test_json_plan_redacts_secrets(tmp_path: Path, capsys: pytest.CaptureFixture
     stack = by_type["pulumi:pulumi:Stack"]
     urns = {r["urn"] for r in plan["resources"]}
     assert all(r["parent"] in urns for r in plan["resources"] if r is not stack)
-    assert by_type["pulumi:providers:kubernetes"]["parent"] == stack["urn"]
+    cluster = by_type["proxmox-gpu-cluster:cluster:GpuCluster"]
+    assert cluster["parent"] == stack["urn"]
+    assert by_type["pulumi:providers:kubernetes"]["parent"] == cluster["urn"]
     release = by_type["kubernetes:helm.sh/v3:Release"]
     assert release["parent"] == by_type["proxmox-gpu-cluster:gpu_operator:GpuOperator"]["urn"]
     assert release["dependencies"], "the release waits for the node labels"
@@ -91,7 +93,11 @@ def test_plan_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
 def test_json_plan_is_byte_identical_across_processes() -> None:
     def plan_json() -> str:
         proc = subprocess.run(
-            [sys.executable, "-m", "stacks.plan", "dev", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
+            [sys.executable, "-m", "proxmox_gpu_cluster.plan", "dev", "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         return proc.stdout
 
@@ -103,8 +109,8 @@ def test_out_writes_one_yaml_per_resource(tmp_path: Path, capsys: pytest.Capture
     out = tmp_path / "plan"
     assert main(["dev", "--out", str(out)]) == 0
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.yaml"))
-    assert "pulumi_providers_kubernetes/kubernetes.yaml" in files
-    assert yaml.safe_load((out / "pulumi_providers_kubernetes/kubernetes.yaml").read_text()) == {
+    assert "pulumi_providers_kubernetes/cluster-kubernetes.yaml" in files
+    assert yaml.safe_load((out / "pulumi_providers_kubernetes/cluster-kubernetes.yaml").read_text()) == {
         "kubeconfig": "[secret]"
     }
     assert f"wrote {len(files)} input files" in capsys.readouterr().err
@@ -117,7 +123,7 @@ def test_invalid_spec_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
     spec["proxmox"]["nodes"][0]["gpus"][0]["model"] = "A100"
     path = write_stack(tmp_path, spec)
     proc = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "t", "--config", str(path)],
+        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "t", "--config", str(path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -149,7 +155,7 @@ def test_stack_config_placeholders_are_secret() -> None:
 
 def test_module_entry_point_runs_the_dev_plan() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "dev"], cwd=ROOT, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "dev"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stderr
     assert "Capacity" in proc.stdout
@@ -160,11 +166,15 @@ def test_kubevirt_docs_example_is_what_the_plan_prints_and_the_patch_permits(
 ) -> None:
     docs = (ROOT / "docs" / "kubevirt.md").read_text()
     block = re.search(
-        r"<!-- example-vms: python -m stacks.plan kubevirt --kubevirt-vms -->\n```yaml\n(.*?)```", docs, re.S
+        r"<!-- example-vms: python -m proxmox_gpu_cluster.plan kubevirt --kubevirt-vms -->\n```yaml\n(.*?)```",
+        docs,
+        re.S,
     )
     assert block, "docs/kubevirt.md has the generated example block"
     assert main(["kubevirt", "--kubevirt-vms"]) == 0
-    assert block[1] == capsys.readouterr().out, "regenerate it: python -m stacks.plan kubevirt --kubevirt-vms"
+    assert block[1] == capsys.readouterr().out, (
+        "regenerate it: python -m proxmox_gpu_cluster.plan kubevirt --kubevirt-vms"
+    )
     # Every device the example requests is one the stack's KubeVirt patch permits.
     recording, _ = plan("kubevirt", yaml.safe_load((ROOT / "Pulumi.kubevirt.yaml").read_text()), ROOT / "__main__.py")
     devices = recording.one("kubernetes:kubevirt.io/v1:KubeVirtPatch").plain_inputs["spec"]["configuration"]
@@ -203,7 +213,7 @@ def test_pci_file_from_pvesh_feeds_the_preflight(tmp_path: Path, capsys: pytest.
         for r in plan_json["resources"]
         if r["type"] == "proxmoxve:hardware/mapping/pci:Pci"
     }
-    assert groups == {"pve1-pci-0000:41:00": 41, "pve1-pci-0000:81:00": 77}
+    assert groups == {"cluster-pve1-pci-0000:41:00": 41, "cluster-pve1-pci-0000:81:00": 77}
     shared = tmp_path / "shared.json"
     shared.write_text(json.dumps([*devices, pvesh_device("0000:42:00.0", "8086", "1533", "0x020000", 41, "I210")]))
     assert main(["dev", "--pci", f"pve1={shared}"]) == 2

@@ -6,11 +6,11 @@ from typing import Any
 
 import pulumi
 import pytest
+from proxmox_gpu_cluster.core.names import StackScope, short_hash
+from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.testing import Recording, redact
+from proxmox_gpu_cluster.testing_pci import spec_shaped_pci
 
-from components.names import StackScope, short_hash
-from components.spec import load_spec
-from components.testing import Recording, redact
-from components.testing_pci import spec_shaped_pci
 from tests.support import base_spec, make_vm_worker, plan_stack, shared_group
 
 SCOPE = StackScope("proxmox-gpu-cluster", "test")
@@ -31,17 +31,17 @@ def prepped() -> dict[str, Any]:
 def test_components_children_and_names() -> None:
     rec = plan_stack(prepped())
     vms = {r.name for r in rec.of_type(VM)}
-    assert vms == {"mig-1-vm", "mig-2-vm", "ts-1-vm"}
+    assert vms == {"cluster-mig-1-vm", "cluster-mig-2-vm", "cluster-ts-1-vm"}
     for r in rec.resources:
         if r.type.startswith("proxmox-gpu-cluster:"):
             for child in rec.children(r):
                 assert child.name.startswith(f"{r.name}-"), (r.name, child.name)
     # One mapping per declared GPU but the console T4, whether a worker claims it (pve1's A10 is unclaimed).
-    assert {r.name for r in rec.of_type(MAPPING)} == {"pve1-pci-0000:41:00", "pve1-pci-0000:42:00",
-                                                      "pve1-pci-0000:81:00", "pve2-pci-0000:17:00",
-                                                      "pve2-pci-0000:18:00"}  # fmt: skip
+    assert {r.name for r in rec.of_type(MAPPING)} == {"cluster-pve1-pci-0000:41:00", "cluster-pve1-pci-0000:42:00",
+                                                      "cluster-pve1-pci-0000:81:00", "cluster-pve2-pci-0000:17:00",
+                                                      "cluster-pve2-pci-0000:18:00"}  # fmt: skip
     preps = rec.of_type("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep")
-    assert sorted(p.name for p in preps) == ["pve1-host-prep", "pve2-host-prep"]
+    assert sorted(p.name for p in preps) == ["cluster-pve1-host-prep", "cluster-pve2-host-prep"]
     proxmox = rec.one("pulumi:providers:proxmoxve").urn
     assert all(r.provider == proxmox for r in rec.resources if r.type.startswith("proxmoxve:"))
     cmd = rec.one("pulumi:providers:command").urn
@@ -52,7 +52,7 @@ def test_vm_inputs() -> None:
     raw = prepped()
     raw["workers"][0]["protect"] = True
     rec = plan_stack(raw)
-    vm = rec.named("mig-1-vm")
+    vm = rec.named("cluster-mig-1-vm")
     i = vm.plain_inputs
     assert i["machine"] == "q35" and i["bios"] == "ovmf"
     assert i["efiDisk"] == {"datastoreId": "local-lvm", "fileFormat": "raw", "type": "4m", "preEnrolledKeys": False}
@@ -66,22 +66,22 @@ def test_vm_inputs() -> None:
     init = i["initialization"]
     assert init["userAccount"]["username"] == "ubuntu" and init["userAccount"]["keys"][0].startswith("ssh-ed25519")
     assert init["ipConfigs"] == [{"ipv4": {"address": "dhcp"}}]
-    assert init["vendorDataFileId"] == "pve1-boot-files-vendor-data-id"
-    image = rec.named(f"pve1-boot-files-image-{short_hash(DEFAULT_IMAGE, 8)}")
+    assert init["vendorDataFileId"] == "cluster-pve1-boot-files-vendor-data-id"
+    image = rec.named(f"cluster-pve1-boot-files-image-{short_hash(DEFAULT_IMAGE, 8)}")
     assert i["disks"][0]["fileId"] == f"{image.name}-id" and i["disks"][0]["size"] == 100
-    assert vm.protect is True and rec.named("mig-2-vm").protect is False
+    assert vm.protect is True and rec.named("cluster-mig-2-vm").protect is False
     assert "hostpcis[*].id" in vm.ignore_changes
     # day 2: delete-first replacement, no provider-initiated restarts, boot inputs never replace a running VM
     assert vm.delete_before_replace and i["rebootAfterUpdate"] is False
     assert {"disks[*].fileId", "clone", "initialization.vendorDataFileId"} <= set(vm.ignore_changes)
-    ts1 = rec.named("ts-1-vm").plain_inputs["initialization"]
+    ts1 = rec.named("cluster-ts-1-vm").plain_inputs["initialization"]
     assert ts1["ipConfigs"] == [{"ipv4": {"address": "192.0.2.60/24", "gateway": "192.0.2.1"}}]
     assert ts1["dns"] == {"servers": ["192.0.2.1"]}
 
 
 def test_mapping_inputs_from_preflight() -> None:
     rec = plan_stack(prepped())
-    m = rec.named("pve2-pci-0000:18:00").plain_inputs
+    m = rec.named("cluster-pve2-pci-0000:18:00").plain_inputs
     assert m["name"] == SCOPE.mapping_id("pve2", "a10-1")
     (entry,) = m["maps"]
     assert entry == {"id": "10de:2236", "node": "pve2", "path": "0000:18:00", "iommuGroup": 21,
@@ -90,12 +90,12 @@ def test_mapping_inputs_from_preflight() -> None:
 
 def test_ordering() -> None:
     rec = plan_stack(prepped())
-    vm = rec.named("mig-1-vm")
-    assert rec.depends_on(vm, rec.named("pve1-pci-0000:41:00"))
-    assert rec.depends_on(vm, rec.named("pve1-host-prep-verify"))
-    assert not rec.depends_on(vm, rec.named("pve2-host-prep-verify"))
-    assert rec.depends_on(rec.named("pve1-pci-0000:41:00"), rec.named("pve1-host-prep-verify"))
-    verify, wait, prep = (rec.named(f"pve1-host-prep-{s}") for s in ("verify", "wait", "prep"))
+    vm = rec.named("cluster-mig-1-vm")
+    assert rec.depends_on(vm, rec.named("cluster-pve1-pci-0000:41:00"))
+    assert rec.depends_on(vm, rec.named("cluster-pve1-host-prep-verify"))
+    assert not rec.depends_on(vm, rec.named("cluster-pve2-host-prep-verify"))
+    assert rec.depends_on(rec.named("cluster-pve1-pci-0000:41:00"), rec.named("cluster-pve1-host-prep-verify"))
+    verify, wait, prep = (rec.named(f"cluster-pve1-host-prep-{s}") for s in ("verify", "wait", "prep"))
     assert rec.depends_on(verify, wait) and rec.depends_on(wait, prep)
 
 
@@ -107,12 +107,12 @@ def test_workers_output() -> None:
 
 def test_host_prep_commands_quote_arguments_and_carry_scripts_on_stdin() -> None:
     rec = plan_stack(prepped())
-    prep = rec.named("pve2-host-prep-prep").plain_inputs
+    prep = rec.named("cluster-pve2-host-prep-prep").plain_inputs
     assert prep["create"] == ("bash -s -- --cpu-vendor intel --boot-loader auto --acs-override 0 "
                               "--reboot-policy when-idle --gpu 0000:17:00=10de:2236 --gpu 0000:18:00=10de:2236")  # fmt: skip
     assert prep["stdin"].startswith("#!/usr/bin/env bash")
     assert prep["connection"]["host"] == "192.0.2.12" and prep["connection"]["user"] == "root"
-    verify = rec.named("pve2-host-prep-verify").plain_inputs
+    verify = rec.named("cluster-pve2-host-prep-verify").plain_inputs
     assert verify["create"].endswith(
         "--kernel-arg intel_iommu=on --kernel-arg iommu=pt --gpu 0000:17:00 --gpu 0000:18:00"
     )
@@ -153,8 +153,8 @@ def test_wrong_model_and_missing_path_reported_together() -> None:
 def test_nothing_but_providers_registers_when_preflight_fails() -> None:
     _, recording = failing(prepped(), shared_group(prepped()))
     registered = {r.type for r in recording.resources}
-    assert registered == {"pulumi:pulumi:Stack", "pulumi:providers:proxmoxve", "pulumi:providers:kubernetes",
-                          "pulumi:providers:command"}  # fmt: skip
+    assert registered == {"pulumi:pulumi:Stack", "proxmox-gpu-cluster:cluster:GpuCluster", "pulumi:providers:proxmoxve",
+                          "pulumi:providers:kubernetes", "pulumi:providers:command"}  # fmt: skip
 
 
 def test_unknown_groups_defer_to_host_verify() -> None:
@@ -162,11 +162,11 @@ def test_unknown_groups_defer_to_host_verify() -> None:
     spec = load_spec(raw)
     rec = plan_stack(raw, {"pve1": spec_shaped_pci(spec, "pve1", iommu=False)})
     assert rec.outputs["iommuChecks"] == {"pve1": "host-verify", "pve2": "plan"}
-    mapping = rec.named("pve1-pci-0000:41:00")
+    mapping = rec.named("cluster-pve1-pci-0000:41:00")
     # the group comes from the verify step's output, so the mapping waits for it
-    assert rec.depends_on(mapping, rec.named("pve1-host-prep-verify"))
+    assert rec.depends_on(mapping, rec.named("cluster-pve1-host-prep-verify"))
     assert redact(mapping.inputs)["maps"][0]["iommuGroup"] == "[unknown]"  # known after the verify step runs
-    assert rec.named("pve2-pci-0000:17:00").plain_inputs["maps"][0]["iommuGroup"] == 20
+    assert rec.named("cluster-pve2-pci-0000:17:00").plain_inputs["maps"][0]["iommuGroup"] == 20
 
 
 def test_unknown_groups_without_host_prep_is_an_error() -> None:
@@ -191,34 +191,34 @@ def test_sharing_and_operator_changes_leave_vms_and_mappings_alone() -> None:
 
 def test_large_bar_token_mode_uses_qm_set_on_the_host() -> None:
     rec = plan_stack(prepped())
-    cmd = rec.named("mig-1-large-bar").plain_inputs
+    cmd = rec.named("cluster-mig-1-large-bar").plain_inputs
     assert cmd["create"] == "bash -s -- 2001 65536" and "X-PciMmio64Mb" in cmd["stdin"]
-    assert rec.depends_on(rec.named("mig-1-large-bar"), rec.named("mig-1-vm"))
-    vm = rec.named("mig-1-vm")
+    assert rec.depends_on(rec.named("cluster-mig-1-large-bar"), rec.named("cluster-mig-1-vm"))
+    vm = rec.named("cluster-mig-1-vm")
     assert "kvmArguments" not in vm.plain_inputs and "kvmArguments" in vm.ignore_changes
-    assert sorted(r.name for r in rec.of_type(REMOTE) if r.name.endswith("large-bar")) == ["mig-1-large-bar",
-                                                                                   "mig-2-large-bar"]  # fmt: skip
+    assert sorted(r.name for r in rec.of_type(REMOTE) if r.name.endswith("large-bar")) == ["cluster-mig-1-large-bar",
+                                                                                   "cluster-mig-2-large-bar"]  # fmt: skip
 
 
 def test_large_bar_password_mode_uses_kvm_arguments() -> None:
     raw = prepped()
     raw["proxmox"]["authMode"] = "password"
     rec = plan_stack(raw)
-    vm = rec.named("mig-1-vm")
+    vm = rec.named("cluster-mig-1-vm")
     assert vm.plain_inputs["kvmArguments"] == "-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=65536"
     assert "kvmArguments" not in vm.ignore_changes
     assert not [r for r in rec.of_type(REMOTE) if r.name.endswith("large-bar")]
-    assert "kvmArguments" not in rec.named("ts-1-vm").plain_inputs  # A10: no large BAR
+    assert "kvmArguments" not in rec.named("cluster-ts-1-vm").plain_inputs  # A10: no large BAR
 
 
 def test_template_clone_instead_of_download() -> None:
     raw = prepped()
     raw["workers"][2]["image"] = {"templateVmid": 9000}
     rec = plan_stack(raw)
-    vm = rec.named("ts-1-vm").plain_inputs
+    vm = rec.named("cluster-ts-1-vm").plain_inputs
     assert vm["clone"] == {"vmId": 9000, "full": True} and "fileId" not in vm["disks"][0]
     assert [r.name for r in rec.of_type("proxmoxve:download/file:File")] == [
-        f"pve1-boot-files-image-{short_hash(DEFAULT_IMAGE, 8)}"
+        f"cluster-pve1-boot-files-image-{short_hash(DEFAULT_IMAGE, 8)}"
     ]
 
 
@@ -234,7 +234,7 @@ def test_secrets_stay_secret() -> None:
 def test_kubevirt_workers_get_a_virtual_iommu(workload: str, machine: str) -> None:
     raw = base_spec() if workload == "container" else make_vm_worker(base_spec(), 2, workload)
     rec = plan_stack(raw)
-    vm = rec.named("ts-1-vm").plain_inputs
+    vm = rec.named("cluster-ts-1-vm").plain_inputs
     assert vm["machine"] == machine
     assert vm["cpu"]["type"] == "host"  # nested virtualization for the worker's own VMs
-    assert rec.named("mig-1-vm").plain_inputs["machine"] == "q35"
+    assert rec.named("cluster-mig-1-vm").plain_inputs["machine"] == "q35"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from proxmox_gpu_cluster.core.capacity import capacity_table
+from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
+from proxmox_gpu_cluster.stacks.config import raw_spec_from_stack_file
+from proxmox_gpu_cluster.stacks.plan import plan
+from proxmox_gpu_cluster.testing import Recording
 
-from components.capacity import capacity_table
-from components.spec import ClusterSpec, load_spec
-from components.testing import Recording
-from stacks.config import raw_spec_from_stack_file
-from stacks.plan import plan
 from tests.support import ROOT
 
 STACKS = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
@@ -41,9 +41,9 @@ def test_stack_validates_and_plans_without_warnings(name: str) -> None:
 
 def test_dev_gets_the_operator_with_time_slicing() -> None:
     spec, rec = stack("dev")
-    assert names(rec, "kubernetes:helm.sh/v3:Release") == ["gpu-operator-release"]
+    assert names(rec, "kubernetes:helm.sh/v3:Release") == ["cluster-gpu-operator-release"]
     assert any(w.sharing == "time-slicing" for w in spec.workers)
-    dp = rec.named("gpu-operator-device-plugin-config").plain_inputs["data"]
+    dp = rec.named("cluster-gpu-operator-device-plugin-config").plain_inputs["data"]
     assert any("timeSlicing" in v and "replicas: 4" in v for v in dp.values())
 
 
@@ -64,19 +64,23 @@ def test_prod() -> None:
     assert a10 and {r.sharing for r in a10} == {"time-slicing"}
     assert spec.gpu_operator.mig_strategy == "mixed"
     assert names(rec, "kubernetes:core/v1:ResourceQuota") == [
-        "gpu-quotas-ml-inference",
-        "gpu-quotas-ml-research",
-        "gpu-quotas-ml-research.gpu-production",
+        "cluster-gpu-quotas-ml-inference",
+        "cluster-gpu-quotas-ml-research",
+        "cluster-gpu-quotas-ml-research.gpu-production",
     ]
     assert names(rec, "kubernetes:scheduling.k8s.io/v1:PriorityClass") == [
-        "gpu-priority-classes-gpu-batch",
-        "gpu-priority-classes-gpu-production",
+        "cluster-gpu-priority-classes-gpu-batch",
+        "cluster-gpu-priority-classes-gpu-production",
     ]
-    assert rec.named("gpu-monitoring-dashboard").plain_inputs["metadata"]["labels"] == {"grafana_dashboard": "1"}
-    assert names(rec, "kubernetes:monitoring.coreos.com/v1:ServiceMonitor") == ["gpu-monitoring-service-monitor"]
-    assert names(rec, "kubernetes:monitoring.coreos.com/v1:PrometheusRule") == ["gpu-monitoring-alerts"]
-    assert names(rec, "kubernetes:batch/v1:Job") == ["gpu-smoke-test-job"]
-    assert rec.named("gpu-operator-mig-config").plain_inputs["data"]  # the custom geometry's ConfigMap
+    assert rec.named("cluster-gpu-monitoring-dashboard").plain_inputs["metadata"]["labels"] == {
+        "grafana_dashboard": "1"
+    }
+    assert names(rec, "kubernetes:monitoring.coreos.com/v1:ServiceMonitor") == [
+        "cluster-gpu-monitoring-service-monitor"
+    ]
+    assert names(rec, "kubernetes:monitoring.coreos.com/v1:PrometheusRule") == ["cluster-gpu-monitoring-alerts"]
+    assert names(rec, "kubernetes:batch/v1:Job") == ["cluster-gpu-smoke-test-job"]
+    assert rec.named("cluster-gpu-operator-mig-config").plain_inputs["data"]  # the custom geometry's ConfigMap
 
 
 def test_kubevirt() -> None:
@@ -99,9 +103,9 @@ def test_kubevirt() -> None:
     values = rec.one("kubernetes:helm.sh/v3:Release").plain_inputs["values"]
     assert values["sandboxWorkloads"]["enabled"] and values["vfioManager"]["enabled"]
     for worker in spec.workers:
-        driver = rec.named(f"{worker.name}-bootstrap-driver").plain_inputs["create"]
+        driver = rec.named(f"cluster-{worker.name}-bootstrap-driver").plain_inputs["create"]
         assert "--mode vfio" in driver and "--kernel-arg intel_iommu=on" in driver and "--vfio-id 10de:2236" in driver
-        labels = rec.named(f"gpu-nodes-{worker.name}").plain_inputs["metadata"]["labels"]
+        labels = rec.named(f"cluster-gpu-nodes-{worker.name}").plain_inputs["metadata"]["labels"]
         assert labels["nvidia.com/gpu.workload.config"] == "vm-passthrough"
     assert {row.worker: row.resources for row in capacity_table(spec)} == {
         w.name: {"nvidia.com/GA102GL_A10": 1} for w in spec.workers

@@ -13,7 +13,8 @@ import re
 import shutil
 from pathlib import Path
 
-from components.guest_scripts import secret_stdin, step_script
+from proxmox_gpu_cluster.render.guest_scripts import secret_stdin, step_script
+
 from tests.components.scripts.fakeroot import FakeRoot, Result
 
 KERNEL = "6.8.0-49-generic"

@@ -1,0 +1,290 @@
+"""GpuCluster: the whole cluster of a spec as one component, composed from the components of each layer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_command as command
+from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers
+from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer, build_proxmox
+from proxmox_gpu_cluster.core.adapters import monitoring_targets
+from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_table, quota_warnings
+from proxmox_gpu_cluster.core.guest_spec import bootstrap_spec
+from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.gpu.dra_driver import DraDriver
+from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring
+from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
+from proxmox_gpu_cluster.gpu.gpu_operator import GpuOperator
+from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas
+from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices
+from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses
+from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
+from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
+from proxmox_gpu_cluster.render.disruption import host_reboot
+from proxmox_gpu_cluster.render.kubevirt import permitted_host_devices
+from proxmox_gpu_cluster.render.operator_values import uses_dra
+
+
+def build_guests(
+    prefix: str,
+    spec: ClusterSpec,
+    layer: ProxmoxLayer,
+    secrets: Secrets,
+    provider: command.Provider,
+    *,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, GuestBootstrap]:
+    """One bootstrap chain per worker VM, connecting to the VM's address; workers never wait for each other."""
+    bootstraps: dict[str, GuestBootstrap] = {}
+    for worker in spec.workers:
+        vm = layer.vms.get(worker.name)
+        if vm is None:
+            continue
+        bootstraps[worker.name] = GuestBootstrap(
+            f"{prefix}-{worker.name}-bootstrap",
+            bootstrap_spec(spec, worker),
+            provider=provider,
+            host=vm.ip_address,
+            user=worker.ssh_user,
+            ssh_private_key=secrets.ssh_private_key,
+            join_token=secrets.join_token,
+            ca_cert_hash=secrets.ca_cert_hash,
+            replace_with=[vm.vm],
+            opts=opts,
+        )
+    return bootstraps
+
+
+def build_retirements(
+    prefix: str,
+    spec: ClusterSpec,
+    *,
+    layer: ProxmoxLayer,
+    bootstraps: dict[str, GuestBootstrap],
+    labels: GpuNodeLabels | None,
+    secrets: Secrets,
+    provider: command.Provider,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, WorkerRetirement]:
+    """Per worker VM: before the VM is removed or replaced, its node is drained, reset and deleted.
+
+    It waits for the node's bootstrap and label patch, so on removal it is deleted (drains) before them; it is
+    protected with the VM, so removing a protected worker fails before anything is drained.
+    """
+    out: dict[str, WorkerRetirement] = {}
+    for worker in spec.workers:
+        vm = layer.vms.get(worker.name)
+        if vm is None:
+            continue
+        after: list[pulumi.Resource] = [bootstraps[worker.name]]
+        if labels is not None and worker.name in labels.patches:
+            after.append(labels.patches[worker.name])
+        out[worker.name] = WorkerRetirement(
+            f"{prefix}-{worker.name}-retirement",
+            node_name=worker.name,
+            vmid=worker.vmid,
+            host=spec.node(worker.node).ssh_address,
+            ssh_user=spec.proxmox.ssh_user,
+            ssh_private_key=secrets.ssh_private_key,
+            kubeconfig=secrets.kubeconfig,
+            api_endpoint=spec.kubernetes.api_endpoint,
+            drain=spec.kubernetes.drain,
+            kubeadm_reset=spec.kubernetes.join_method == "kubeadm",
+            provider=provider,
+            protect=worker.protect,
+            replace_with=[vm.vm],
+            depends_on=after,
+            opts=opts,
+        )
+    return out
+
+
+def warn_experimental(spec: ClusterSpec) -> None:
+    """KubeVirt workers that are themselves Proxmox VMs run VMs nested, through a virtual IOMMU; NVIDIA documents
+    VM-workload nodes as bare metal only, so every preview says so."""
+    nested = [w.name for w in spec.workers if w.workload != "container"]
+    if nested:
+        pulumi.log.warn(
+            f"experimental: KubeVirt workers {', '.join(nested)} are Proxmox VMs (nested virtualization, vIOMMU); "
+            "NVIDIA supports vm-passthrough and vm-vgpu nodes on bare metal only (kubevirt.nodes)"
+        )
+
+
+class GpuCluster(pulumi.ComponentResource):
+    """The whole cluster of a ``ClusterSpec`` as one component: providers (unless given), the Proxmox layer, the
+    guest bootstraps, node labels, the GPU Operator and everything on top, all children named ``<name>-...``.
+
+    Callers that compose further wait on ``operator`` (``depends_on=[cluster.operator]``) or use the outputs.
+    """
+
+    workers: pulumi.Output[dict[str, dict[str, Any]]]
+    """Worker name -> ``{vmId, ipAddress, nodeName}``."""
+    capacity: pulumi.Output[dict[str, dict[str, Any]]]
+    """Node -> ``{proxmoxNode, gpus, workload, resources}``: what each node will advertise."""
+    iommu_checks: pulumi.Output[dict[str, str]]
+    """Proxmox node -> which IOMMU isolation check applies (``plan`` or ``host-verify``)."""
+    host_reboots: pulumi.Output[dict[str, str]]
+    """Proxmox node -> whether host prep may reboot it (``no``, ``when-idle``, ``yes``)."""
+    node_labels: pulumi.Output[dict[str, dict[str, str]]]
+    """Node -> the labels the cluster sets on it (empty when nothing labels nodes)."""
+    kubevirt_permitted_host_devices: pulumi.Output[dict[str, Any] | None]
+    """What the KubeVirt CR permits (None without KubeVirt)."""
+    operator: GpuOperator | None
+    """The GPU Operator release component (None when ``gpuOperator.enabled`` is false); a resource to wait on."""
+    providers: Providers
+    """The providers every child uses."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        secrets: Secrets,
+        *,
+        providers: Providers | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``providers``: the caller's explicit providers; by default they are created from ``spec`` and
+        ``secrets`` as children of this component."""
+        super().__init__("proxmox-gpu-cluster:cluster:GpuCluster", name, None, opts)
+        self.spec = spec
+        self.providers = providers or default_providers(name, spec, secrets, parent=self)
+        child = pulumi.ResourceOptions(parent=self)
+        layer = build_proxmox(
+            spec,
+            prefix=name,
+            parent=self,
+            proxmox=self.providers.proxmox,
+            host_command=self.providers.command,
+            ssh_private_key=secrets.ssh_private_key,
+        )
+        self.proxmox = layer
+        self.bootstraps = build_guests(name, spec, layer, secrets, self.providers.command, opts=child)
+        k8s = self.providers.kubernetes
+        op = spec.gpu_operator
+        gpu_stack: list[pulumi.Resource] = []
+        labels = None
+        tainted = any(w.taint for w in spec.workers) or any(n.taint for n in spec.kubevirt.nodes)
+        if op.enabled or uses_dra(spec) or tainted:
+            # Each node's labels wait for that node's bootstrap (joined and verified), not for the others, and are
+            # applied again when it starts over on a new VM (which joins as a new Node object).
+            labels = GpuNodeLabels(
+                f"{name}-gpu-nodes",
+                spec,
+                list(spec.workers),
+                provider=k8s,
+                node_ready={n: [b] for n, b in self.bootstraps.items()},
+                replace_with={n: [b.final_step] for n, b in self.bootstraps.items()},
+                kubevirt_nodes=spec.kubevirt.nodes,
+                opts=child,
+            )
+            gpu_stack.append(labels)
+        self.retirements = build_retirements(
+            name, spec, layer=layer, bootstraps=self.bootstraps, labels=labels, secrets=secrets,
+            provider=self.providers.command, opts=child,
+        )  # fmt: skip
+        self.operator = None
+        if op.enabled:
+            self.operator = operator = GpuOperator(
+                f"{name}-gpu-operator",
+                spec,
+                provider=k8s,
+                vgpu_registry_password=secrets.vgpu_registry_password,
+                depends_on=gpu_stack,
+                opts=child,
+            )
+            gpu_stack.append(operator)
+            if op.monitoring.prometheus or op.monitoring.dashboard.enabled:
+                targets = monitoring_targets(spec)
+                GpuMonitoring(
+                    f"{name}-gpu-monitoring",
+                    op.monitoring,
+                    provider=k8s,
+                    operator_namespace=operator.namespace,
+                    exporter_nodes=targets.exporter_nodes,
+                    row_remapping=targets.row_remapping,
+                    mig=targets.mig,
+                    opts=child,
+                )
+            if op.smoke_test.enabled:
+                GpuSmokeTest(
+                    f"{name}-gpu-smoke-test",
+                    spec,
+                    provider=k8s,
+                    namespace=operator.namespace,
+                    depends_on=[operator],
+                    opts=child,
+                )
+        if uses_dra(spec):
+            # One creator per Namespace: with the operator's namespace, the DRA driver installs into it.
+            shared = self.operator.namespace if self.operator and op.dra.namespace == op.namespace else None
+            DraDriver(f"{name}-dra-driver", spec, provider=k8s, namespace=shared, depends_on=gpu_stack, opts=child)
+        if spec.kubevirt.enabled:
+            warn_experimental(spec)
+            if spec.kubevirt.patch_kubevirt:
+                KubeVirtGpuDevices(f"{name}-kubevirt-gpus", spec, provider=k8s, opts=child)
+        classes = None
+        if spec.priority_classes:
+            classes = GpuPriorityClasses(
+                f"{name}-gpu-priority-classes", spec.priority_classes, provider=k8s, opts=child
+            )
+        if spec.quotas:
+            GpuQuotas(
+                f"{name}-gpu-quotas",
+                spec.quotas,
+                provider=k8s,
+                warnings=quota_warnings(spec),
+                depends_on=[classes] if classes else [],
+                opts=child,
+            )
+        self.capacity_rows = capacity_table(spec)
+        self.workers = pulumi.Output.from_input(
+            {n: {"vmId": vm.vm_id, "ipAddress": vm.ip_address, "nodeName": vm.node_name} for n, vm in layer.vms.items()}
+        )
+        self.capacity = pulumi.Output.from_input(capacity_outputs(self.capacity_rows))
+        self.iommu_checks = pulumi.Output.from_input(layer.iommu_checks)
+        # Whether host prep may reboot each Proxmox node (no, when-idle, yes), so a preview says it too.
+        self.host_reboots = pulumi.Output.from_input(
+            {n.name: host_reboot(spec, n).may_reboot for n in spec.proxmox.nodes}
+        )
+        self.node_labels = labels.labels if labels is not None else pulumi.Output.from_input({})
+        kv = spec.kubevirt
+        self.kubevirt_permitted_host_devices = pulumi.Output.from_input(
+            permitted_host_devices(spec) if kv.enabled else None
+        )
+        self.register_outputs(
+            {
+                "workers": self.workers,
+                "capacity": self.capacity,
+                "iommuChecks": self.iommu_checks,
+                "hostReboots": self.host_reboots,
+                "nodeLabels": self.node_labels,
+                "kubevirtPermittedHostDevices": self.kubevirt_permitted_host_devices,
+            }
+        )
+
+
+def capacity_outputs(rows: list[WorkerCapacity]) -> dict[str, dict[str, Any]]:
+    """The capacity table as the ``capacity`` output."""
+    return {
+        row.worker: {"proxmoxNode": row.node, "gpus": row.gpus, "workload": row.workload, "resources": row.resources}
+        for row in rows
+    }
+
+
+def export(cluster: GpuCluster) -> None:
+    """Stack outputs: the workers (VM id, IP, node name), what each node will advertise, which IOMMU isolation
+    check applies per Proxmox node and whether host prep may reboot it, and the KubeVirt devices."""
+    pulumi.export("workers", cluster.workers)
+    pulumi.export("iommuChecks", cluster.iommu_checks)
+    pulumi.export("hostReboots", cluster.host_reboots)
+    kv = cluster.spec.kubevirt
+    if kv.enabled:
+        # What the KubeVirt CR permits; where HCO owns that CR, what to put into the HyperConverged CR instead.
+        pulumi.export("kubevirtPermittedHostDevices", cluster.kubevirt_permitted_host_devices)
+        if not kv.patch_kubevirt:
+            pulumi.export(
+                "hyperConvergedPermittedHostDevices", permitted_host_devices(cluster.spec, hyperconverged=True)
+            )
+    pulumi.export("capacity", cluster.capacity)

@@ -1,0 +1,95 @@
+"""Compose the Proxmox layer: IOMMU preflight, host prep, PCI mappings, boot files and worker VMs per node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_proxmoxve as proxmoxve
+from proxmox_gpu_cluster.core.iommu import NodePreflight
+from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.outputs import item
+from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles
+from proxmox_gpu_cluster.proxmox.host_gpu_prep import ProxmoxHostGpuPrep
+from proxmox_gpu_cluster.proxmox.pci_mapping import GpuPciMappings, run_preflight
+from proxmox_gpu_cluster.proxmox.worker_vm import GpuWorkerVm
+
+
+@dataclass(frozen=True)
+class ProxmoxLayer:
+    """What the Proxmox layer created."""
+
+    vms: dict[str, GpuWorkerVm]
+    """Worker name -> its VM."""
+    iommu_checks: dict[str, str]
+    """Node -> which IOMMU isolation check applies: ``plan`` (preflight, now) or ``host-verify`` (after prep)."""
+    host_preps: dict[str, ProxmoxHostGpuPrep]
+    """Node -> its host prep (nodes with ``hostPrep``)."""
+
+
+def build_proxmox(
+    spec: ClusterSpec,
+    *,
+    prefix: str,
+    parent: pulumi.Resource,
+    proxmox: proxmoxve.Provider,
+    host_command: command.Provider,
+    ssh_private_key: pulumi.Input[str],
+) -> ProxmoxLayer:
+    """Preflight every node first (an error stops the program before anything registers past the providers),
+    then per node: host prep (opt-in) -> PCI mappings -> boot files -> the node's worker VMs.
+
+    Host prep and the mappings follow the GPUs a node declares, not the workers that claim them: adding, removing
+    or moving a worker changes nothing on the host.
+    """
+    preflights: dict[str, NodePreflight] = run_preflight(spec, proxmox, parent=parent)
+    child = pulumi.ResourceOptions(parent=parent)
+    vms: dict[str, GpuWorkerVm] = {}
+    preps: dict[str, ProxmoxHostGpuPrep] = {}
+    for node in spec.proxmox.nodes:
+        if not node.passthrough_gpus:
+            continue
+        result = preflights[node.name]
+        prep = None
+        if node.host_prep:
+            prep = preps[node.name] = ProxmoxHostGpuPrep(
+                f"{prefix}-{node.name}-host-prep",
+                node,
+                ssh_user=spec.proxmox.ssh_user,
+                provider=host_command,
+                ssh_private_key=ssh_private_key,
+                opts=child,
+            )
+        after_prep: list[pulumi.Resource] = [prep] if prep is not None else []
+        mappings = GpuPciMappings(
+            f"{prefix}-{node.name}-pci",
+            node,
+            result,
+            provider=proxmox,
+            verified_groups=prep.groups if prep is not None and result.check == "host-verify" else None,
+            depends_on=after_prep,
+            opts=child,
+        )
+        workers = [w for w in spec.workers if w.node == node.name]
+        if not workers:
+            continue
+        files = WorkerBootFiles(
+            f"{prefix}-{node.name}-boot-files", node, [w.image for w in workers], provider=proxmox, opts=child
+        )
+        for worker in workers:
+            url = worker.image.cloud_image_url
+            vms[worker.name] = GpuWorkerVm(
+                f"{prefix}-{worker.name}",
+                spec,
+                worker,
+                provider=proxmox,
+                mappings=mappings.mappings,
+                vendor_data_file_id=files.vendor_data_file_id,
+                image_file_id=item(files.image_file_ids, url) if url else None,
+                host_command=host_command,
+                ssh_private_key=ssh_private_key,
+                depends_on=[mappings, *after_prep],
+                opts=child,
+            )
+    return ProxmoxLayer(vms=vms, iommu_checks={n: r.check for n, r in preflights.items()}, host_preps=preps)

@@ -1,0 +1,157 @@
+"""What each worker node will advertise to the Kubernetes scheduler. Pure.
+
+The rules follow the NVIDIA device plugins: whole GPUs are ``nvidia.com/gpu``; time-slicing multiplies the
+count by ``replicas`` (``<name>.shared`` with renameByDefault); MIG instances are ``nvidia.com/mig-<profile>``
+under the mixed strategy and ``nvidia.com/gpu`` under single; the sandbox device plugin advertises
+passthrough GPUs by their pci.ids name and vGPUs as ``nvidia.com/NVIDIA_<type>``. DRA nodes advertise no
+extended resources: their GPUs are ResourceSlice devices of the DeviceClasses ``gpu.nvidia.com`` (whole GPUs)
+and ``mig.nvidia.com`` (MIG instances), listed separately as ``devices``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel, MigProfile
+from proxmox_gpu_cluster.core.inventory import worker_gpus
+from proxmox_gpu_cluster.core.spec import ClusterSpec, KubeVirtNode, Worker
+
+GPU = "nvidia.com/gpu"
+DRA_GPU = "gpu.nvidia.com"
+DRA_MIG = "mig.nvidia.com"
+
+
+@dataclass(frozen=True)
+class WorkerCapacity:
+    """One row of the capacity table."""
+
+    worker: str
+    """Kubernetes node name (the VM name of a worker)."""
+    node: str
+    """Proxmox node; ``BARE_METAL`` ("") for an existing KubeVirt node."""
+    gpus: dict[str, int]
+    """GPU model -> count passed through."""
+    workload: str
+    """container, vm-passthrough or vm-vgpu."""
+    sharing: str
+    """none, time-slicing or mig."""
+    resources: dict[str, int]
+    """Extended resource -> quantity the node advertises."""
+    devices: dict[str, int] = field(default_factory=dict)
+    """DRA DeviceClass -> devices the node publishes (DRA nodes only)."""
+
+
+def worker_capacity(spec: ClusterSpec, worker: Worker) -> WorkerCapacity:
+    """The capacity row of one worker of a valid spec."""
+    gpus = worker_gpus(spec, worker)
+    resources: Counter[str] = Counter()
+    devices: Counter[str] = Counter()
+    if worker.dra and worker.workload == "container":
+        for g in gpus:
+            geometry = g.mig_geometry
+            devices[DRA_MIG if geometry else DRA_GPU] += sum(geometry.values()) if geometry else 1
+    elif worker.workload != "container":
+        resources.update(vm_resources(worker.workload, [g.model for g in gpus], worker.vgpu_type))
+    else:
+        strategy = spec.gpu_operator.mig_strategy
+        for g in gpus:
+            geometry = g.mig_geometry
+            if not geometry:  # no MIG, or all-disabled: a whole GPU
+                resources[GPU] += 1
+                continue
+            for profile, count in geometry.items():
+                suffix = MigProfile.suffix_of(profile)
+                resources[GPU if strategy == "single" else f"nvidia.com/mig-{suffix}"] += count
+        ts = worker.time_slicing
+        if ts is not None and worker.sharing in ("time-slicing", "mig"):
+            suffix = ".shared" if ts.rename_by_default else ""
+            resources = Counter({f"{name}{suffix}": n * ts.replicas for name, n in resources.items()})
+    models = Counter(g.model.key for g in gpus)
+    return WorkerCapacity(
+        worker=worker.name,
+        node=worker.node,
+        gpus={k: models[k] for k in CATALOG if k in models},
+        workload=worker.workload,
+        sharing=worker.sharing,
+        resources=dict(sorted(resources.items())),
+        devices=dict(sorted(devices.items())),
+    )
+
+
+def vgpu_resource(vgpu_type: str) -> str:
+    """The extended resource the sandbox device plugin advertises for a vGPU type."""
+    return f"nvidia.com/NVIDIA_{vgpu_type}"
+
+
+def vm_resources(workload: str, models: Sequence[GpuModel], vgpu_type: str | None) -> Counter[str]:
+    """What a KubeVirt node with GPUs of ``models`` advertises: each GPU whole (vm-passthrough), or as many
+    ``vgpu_type`` vGPUs as its framebuffer holds (vm-vgpu; time-sliced vGPU types split the memory evenly)."""
+    out: Counter[str] = Counter()
+    if workload == "vm-passthrough":
+        out.update(model.sandbox_resource_name for model in models)
+    elif workload == "vm-vgpu" and vgpu_type is not None:
+        size_gb = int(vgpu_type.rsplit("-", 1)[1][:-1])
+        for model in models:
+            out[vgpu_resource(vgpu_type)] += model.memory_mib // 1024 // size_gb
+    return out
+
+
+BARE_METAL = ""
+"""``WorkerCapacity.node`` of a KubeVirt node the stack does not provision (no Proxmox node)."""
+
+
+def kubevirt_node_capacity(node: KubeVirtNode) -> WorkerCapacity:
+    """The capacity row of an existing (bare-metal) KubeVirt node."""
+    models = [CATALOG[key] for key in node.model_keys]
+    return WorkerCapacity(
+        worker=node.name,
+        node=BARE_METAL,
+        gpus={k: node.gpus[k] for k in CATALOG if k in node.gpus},
+        workload=node.workload,
+        sharing="none",
+        resources=dict(sorted(vm_resources(node.workload, models, node.vgpu_type).items())),
+    )
+
+
+def capacity_table(spec: ClusterSpec) -> list[WorkerCapacity]:
+    """A row per worker in spec order, then one per bare-metal KubeVirt node."""
+    return [worker_capacity(spec, w) for w in spec.workers] + [kubevirt_node_capacity(n) for n in spec.kubevirt.nodes]
+
+
+def cluster_capacity(spec: ClusterSpec) -> dict[str, int]:
+    """Total of every resource across all workers."""
+    total: Counter[str] = Counter()
+    for row in capacity_table(spec):
+        total.update(row.resources)
+    return dict(sorted(total.items()))
+
+
+def smoke_test_resource(spec: ClusterSpec) -> str | None:
+    """The resource the smoke-test Job requests: a whole GPU if any container node advertises one, otherwise
+    the shared or MIG resource with the most units (the likeliest to be free); None when there is none."""
+    total: Counter[str] = Counter()
+    for row in capacity_table(spec):
+        if row.workload == "container":
+            total.update(row.resources)
+    for preferred in (GPU, f"{GPU}.shared"):
+        if total[preferred]:
+            return preferred
+    return min(total, key=lambda name: (-total[name], name)) if total else None
+
+
+def quota_hard(resources: dict[str, int]) -> dict[str, str]:
+    """ResourceQuota ``spec.hard`` for extended resources: Kubernetes allows only the ``requests.`` form."""
+    return {f"requests.{name}": str(count) for name, count in sorted(resources.items())}
+
+
+def quota_warnings(spec: ClusterSpec) -> list[str]:
+    """Quotas larger than what the whole cluster advertises (legal, but a sign of a typo)."""
+    total = cluster_capacity(spec)
+    return [
+        f"quotas[{i}] ({q.namespace}): {name} {count} exceeds the cluster's capacity of {total.get(name, 0)}"
+        for i, q in enumerate(spec.quotas)
+        for name, count in sorted(q.resources.items())
+        if count > total.get(name, 0)
+    ]

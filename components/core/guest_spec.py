@@ -1,0 +1,135 @@
+"""What the guest bootstrap does on one host, as a typed model. Pure.
+
+``GuestBootstrapSpec`` is the whole input of ``components.guest_bootstrap.GuestBootstrap``. The stack derives one
+per worker VM from the cluster spec (``bootstrap_spec``); a program that bootstraps any other SSH-reachable
+Ubuntu 22.04/24.04 GPU host builds one directly.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from proxmox_gpu_cluster.core.inventory import worker_gpus
+from proxmox_gpu_cluster.core.spec import MIN_KUBERNETES_MINOR, ClusterSpec, Worker
+from proxmox_gpu_cluster.core.spec_base import (
+    DEFAULT_TOOLKIT_VERSION,
+    VENDOR_DEVICE,
+    ApiEndpoint,
+    DriverBranch,
+    DriverVersion,
+    Name,
+    SpecModel,
+    ToolkitVersion,
+    on_branch,
+)
+from pydantic import Field, model_validator
+
+VIOMMU_KERNEL_ARGS = ("intel_iommu=on", "iommu=pt")
+"""What turns on the Intel vIOMMU a KubeVirt worker VM gets (``components.worker_vm.machine_type``); pt keeps
+the guest's own devices off the IOMMU's translation path."""
+OPEN_MODULES_DEFAULT_BRANCH = 560
+"""From R560 the NVIDIA driver installs the open kernel modules by default on the GPUs that support them (Turing
+and newer, i.e. every model in the catalog); older branches default to the proprietary ones. NVIDIA, "NVIDIA
+Transitions Fully Towards Open-Source GPU Kernel Modules" (2024)."""
+
+
+class ExpectedGpu(SpecModel):
+    """A GPU the host must show: on the PCI bus, and (with a host driver) in ``nvidia-smi -L``."""
+
+    vendor_device: str = Field(pattern=VENDOR_DEVICE, description="PCI vendor:device id, e.g. ``10de:2236``.")
+    product: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="NVML device name with spaces as dashes (the ``nvidia.com/gpu.product`` spelling), e.g. "
+        "``NVIDIA-A10``.",
+    )
+
+
+class GuestBootstrapSpec(SpecModel):
+    """Everything the bootstrap scripts need for one host."""
+
+    node_name: Name = Field(description="Kubernetes node name the host joins as.")
+    gpus: tuple[ExpectedGpu, ...] = Field(min_length=1, description="GPUs the host must have, in any order.")
+    driver_mode: Literal["host", "operator", "vfio"] = Field(
+        description="host: install the NVIDIA driver from Ubuntu's archive; operator: something else owns the GPU "
+        "(the GPU Operator's driver container, or its vGPU Manager on a vm-vgpu node), so only make sure nouveau "
+        "is blacklisted; vfio: bind the GPUs to vfio-pci at boot for KubeVirt passthrough (vm-passthrough), no "
+        "NVIDIA driver."
+    )
+    kernel_args: tuple[Annotated[str, Field(pattern=r"^[a-z0-9_.-]+(=[A-Za-z0-9_.,:-]+)?$")], ...] = Field(
+        default=(),
+        description="Kernel arguments the host must boot with, e.g. ``intel_iommu=on iommu=pt`` for the IOMMU a "
+        "KubeVirt node hands GPUs through (written to a GRUB drop-in; a reboot when the running kernel lacks one).",
+    )
+    kvm: bool = Field(
+        default=False,
+        description="The host must offer /dev/kvm: a KubeVirt node runs VMs (a VM worker needs nested virtualization).",
+    )
+    driver_branch: DriverBranch = Field(description="Driver branch, e.g. ``580``.")
+    driver_version: DriverVersion | None = Field(default=None, description="Exact driver version, e.g. ``580.95.05``.")
+    driver_flavor: Literal["server", "desktop"] = Field(default="server", description="Ubuntu driver package line.")
+    kernel_modules: Literal["open", "proprietary"] = Field(description="Which NVIDIA kernel modules to install.")
+    purge_driver_on_destroy: bool = Field(
+        default=False,
+        description="Purge the driver packages when the bootstrap is destroyed (for hosts that outlive it; a worker "
+        "VM's driver goes with the VM).",
+    )
+    toolkit: bool = Field(description="Install and configure the NVIDIA Container Toolkit on the host.")
+    toolkit_version: ToolkitVersion = Field(default=DEFAULT_TOOLKIT_VERSION, description="Toolkit apt package version.")
+    default_runtime: bool = Field(default=True, description="Make nvidia containerd's default runtime.")
+    cdi: bool = Field(default=False, description="Generate a CDI spec for the host's GPUs (host toolkit only).")
+    join_method: Literal["kubeadm", "none"] = Field(default="kubeadm", description="How the host joins Kubernetes.")
+    api_endpoint: ApiEndpoint = Field(description="API server host:port.")
+    kubernetes_minor: int = Field(ge=MIN_KUBERNETES_MINOR, le=99, description="Kubernetes minor version (34).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GuestBootstrapSpec:
+        if not on_branch(self.driver_version, self.driver_branch):
+            raise ValueError(f"driverVersion {self.driver_version} is not on branch {self.driver_branch}")
+        if self.toolkit and self.driver_mode != "host":
+            raise ValueError("the host toolkit needs the host driver (driverMode host)")
+        if self.cdi and not self.toolkit:
+            raise ValueError("cdi generation needs the host toolkit")
+        return self
+
+
+def kernel_modules(kind: Literal["auto", "open", "proprietary"], branch: str) -> Literal["open", "proprietary"]:
+    """Resolve ``kernelModuleType`` like the driver installer does: ``auto`` is open from R560 on."""
+    if kind != "auto":
+        return kind
+    return "open" if int(branch) >= OPEN_MODULES_DEFAULT_BRANCH else "proprietary"
+
+
+def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
+    """The bootstrap of ``worker`` (whose Kubernetes node name is its VM name).
+
+    The driver and toolkit are host-installed only for container workers in host driver mode. KubeVirt workers
+    hand their GPUs to VMs: vm-passthrough workers bind them to vfio-pci, vm-vgpu workers leave them to the
+    operator's vGPU Manager; both boot with the vIOMMU on and need /dev/kvm.
+    """
+    op = spec.gpu_operator
+    guest = spec.guest
+    host_driver = op.driver_mode == "host" and worker.workload == "container"
+    kubevirt = worker.workload != "container"
+    mode: Literal["host", "operator", "vfio"] = "host" if host_driver else "operator"
+    if worker.workload == "vm-passthrough":
+        mode = "vfio"
+    return GuestBootstrapSpec(
+        nodeName=worker.name,
+        gpus=tuple(
+            ExpectedGpu(vendorDevice=g.host.vendor_device, product=g.model.product) for g in worker_gpus(spec, worker)
+        ),
+        driverMode=mode,
+        kernelArgs=VIOMMU_KERNEL_ARGS if kubevirt else (),
+        kvm=kubevirt,
+        driverBranch=op.driver_branch,
+        driverVersion=op.driver_version,
+        driverFlavor=guest.driver_flavor,
+        kernelModules=kernel_modules(op.kernel_module_type, op.driver_branch),
+        toolkit=host_driver,
+        toolkitVersion=guest.toolkit_version,
+        defaultRuntime=guest.default_runtime,
+        cdi=host_driver and op.cdi,
+        joinMethod=spec.kubernetes.join_method,
+        apiEndpoint=spec.kubernetes.api_endpoint,
+        kubernetesMinor=spec.kubernetes.minor,
+    )

@@ -1,0 +1,83 @@
+"""Resolve a worker's GPU claims against the Proxmox nodes' inventory and the catalog. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
+from proxmox_gpu_cluster.core.spec import ClusterSpec, GpuAssignment, HostGpu, MigConfig, Worker
+
+
+@dataclass(frozen=True)
+class WorkerGpu:
+    """One GPU of a worker with everything known about it."""
+
+    index: int
+    """Position in the worker's ``gpus`` list."""
+    host: HostGpu
+    """The physical GPU in the Proxmox node."""
+    model: GpuModel
+    """Its catalog entry."""
+    mig_config: MigConfig | None
+    """The MIG config that applies (the GPU's own, else the worker's); None unless sharing is mig."""
+
+    @property
+    def mig_geometry(self) -> dict[str, int] | None:
+        """Profile -> count for this GPU, or None when MIG is off or the config is unknown for the model."""
+        if self.mig_config is None:
+            return None
+        if isinstance(self.mig_config, dict):
+            return dict(self.mig_config)
+        return self.model.named_mig_configs().get(self.mig_config)
+
+
+@dataclass(frozen=True)
+class VmNode:
+    """A node that runs KubeVirt GPU VMs: a vm-passthrough/vm-vgpu worker or a bare-metal ``kubevirt.nodes`` entry."""
+
+    name: str
+    """Kubernetes node name."""
+    workload: str
+    """vm-passthrough or vm-vgpu."""
+    models: tuple[GpuModel, ...]
+    """One entry per GPU."""
+    vgpu_type: str | None
+    """The vGPU type of a vm-vgpu node."""
+
+
+def vm_nodes(spec: ClusterSpec) -> list[VmNode]:
+    """Every KubeVirt node of the spec: workers first (spec order), then the bare-metal nodes."""
+    workers = [
+        VmNode(w.name, w.workload, tuple(g.model for g in worker_gpus(spec, w)), w.vgpu_type)
+        for w in spec.workers
+        if w.workload != "container"
+    ]
+    bare = [
+        VmNode(n.name, n.workload, tuple(CATALOG[k] for k in n.model_keys), n.vgpu_type) for n in spec.kubevirt.nodes
+    ]
+    return workers + bare
+
+
+def effective_mig(worker: Worker, claim: GpuAssignment) -> MigConfig | None:
+    """The MIG config that applies to ``claim``: its own, or the worker-wide one."""
+    return claim.mig if claim.mig is not None else worker.mig
+
+
+def find_host_gpu(spec: ClusterSpec, node: str, ref: str) -> HostGpu | None:
+    """The GPU called ``ref`` on Proxmox node ``node``, or None."""
+    for n in spec.proxmox.nodes:
+        if n.name == node:
+            return next((g for g in n.gpus if g.name == ref), None)
+    return None
+
+
+def worker_gpus(spec: ClusterSpec, worker: Worker) -> list[WorkerGpu]:
+    """Resolve every GPU claim of ``worker``; claims that do not resolve are left out (validation reports them)."""
+    out: list[WorkerGpu] = []
+    for i, claim in enumerate(worker.gpus):
+        host = find_host_gpu(spec, worker.node, claim.ref)
+        if host is None:
+            continue
+        mig = effective_mig(worker, claim) if worker.sharing == "mig" else None
+        out.append(WorkerGpu(index=i, host=host, model=CATALOG[host.model], mig_config=mig))
+    return out

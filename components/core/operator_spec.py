@@ -1,0 +1,73 @@
+"""Spec models of the GPU software stack: the operator release, DCGM monitoring, the smoke test and DRA. Pure."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
+from proxmox_gpu_cluster.core.monitoring_spec import MonitoringSpec
+from proxmox_gpu_cluster.core.spec_base import DriverBranch, DriverVersion, Int, Name, SpecModel, on_branch
+from pydantic import Field, model_validator
+
+
+class SmokeTestSpec(SpecModel):
+    """An opt-in Job that runs nvidia-smi on one advertised GPU resource and must complete."""
+
+    enabled: bool = Field(default=False, description="Run the smoke-test Job after the operator release.")
+    image: str = Field(
+        default="nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04",
+        pattern=r"^[a-z0-9][a-z0-9./_:@-]*$",
+        description="Container image; the NVIDIA runtime injects nvidia-smi from the host driver.",
+    )
+    timeout_seconds: Int = Field(default=600, ge=60, le=7200, description="activeDeadlineSeconds of the Job.")
+
+
+class DraSpec(SpecModel):
+    """The NVIDIA DRA driver release, used when any worker sets ``dra``."""
+
+    chart_version: str = Field(
+        default="25.12.0",
+        pattern=r"^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}$",
+        description="nvidia-dra-driver-gpu chart version.",
+    )
+    namespace: Name = Field(default="nvidia-dra-driver-gpu", description="Namespace of the DRA driver.")
+
+
+class GpuOperatorSpec(SpecModel):
+    """The NVIDIA GPU Operator release and the GPU software stack on the workers."""
+
+    enabled: bool = Field(default=True, description="Install the GPU Operator.")
+    chart_version: Literal["v26.7.0", "v25.10.1"] = Field(default="v26.7.0", description="Chart version.")
+    namespace: Name = Field(default="gpu-operator", description="Namespace of the operator.")
+    driver_mode: Literal["host", "operator"] = Field(
+        default="host",
+        description="host: the guest bootstrap installs the driver; operator: a driver container.",
+    )
+    driver_branch: DriverBranch = Field(default="580", description="Driver branch, e.g. ``580``.")
+    driver_version: DriverVersion | None = Field(default=None, description="Exact driver version to pin.")
+    kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
+        default="auto", description="Open or proprietary kernel modules; auto lets the driver choose."
+    )
+    cdi: bool = Field(default=False, description="Use the Container Device Interface.")
+    dcgm: bool = Field(default=True, description="Deploy the DCGM exporter.")
+    mig_strategy: Literal["none", "single", "mixed"] = Field(
+        default="none",
+        description="How MIG devices are advertised: as nvidia.com/gpu (single) or per profile.",
+    )
+    nfd: bool = Field(default=True, description="Deploy Node Feature Discovery; off when the cluster has it.")
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description="DCGM metrics and alerts.")
+    smoke_test: SmokeTestSpec = Field(default_factory=SmokeTestSpec, description="Post-install smoke test.")
+    dra: DraSpec = Field(default_factory=DraSpec, description="DRA driver settings (used by ``dra`` workers).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GpuOperatorSpec:
+        problems = []
+        if not on_branch(self.driver_version, self.driver_branch):
+            problems.append(Problem("driverVersion", f"{self.driver_version} is not on branch {self.driver_branch}"))
+        if self.monitoring.prometheus and not (self.enabled and self.dcgm):
+            problems.append(Problem("monitoring.prometheus", "needs the operator's DCGM exporter (enabled, dcgm)"))
+        if self.smoke_test.enabled and not self.enabled:
+            problems.append(Problem("smokeTest.enabled", "the smoke test runs after the operator (enabled: false)"))
+        if problems:
+            raise SpecViolations(problems)
+        return self

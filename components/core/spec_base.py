@@ -1,0 +1,215 @@
+"""Building blocks shared by the spec models: the strict base model, field types and their validators. Pure."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from proxmox_gpu_cluster.core.catalog import CATALOG
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic.alias_generators import to_camel
+
+LINE_BREAKERS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+"""A regex character-class body: C0 and C1 control characters, DEL, and the Unicode line and paragraph separators
+that YAML and terminals treat as line breaks (U+0085 NEL is C1). One-line text never holds them."""
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+PCI_PATH = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}$"
+VENDOR_DEVICE = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$"
+EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
+class SpecModel(BaseModel):
+    """Base for every spec model: immutable, no unknown keys, camelCase keys only."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
+        serialize_by_alias=True,
+        str_strip_whitespace=True,
+    )
+
+
+def known_model(key: str) -> str:
+    if key not in CATALOG:
+        raise ValueError(f"unknown GPU model {key!r}; known: {', '.join(CATALOG)}")
+    return key
+
+
+def check_pci_path(value: str) -> str:
+    if not re.fullmatch(PCI_PATH, value):
+        raise ValueError(f"expected a PCI path domain:bus:device without function, like 0000:41:00; got {value!r}")
+    return value.lower()
+
+
+def check_vendor_device(value: str) -> str:
+    if not re.fullmatch(VENDOR_DEVICE, value):
+        raise ValueError(f"expected a PCI vendor:device id like 10de:20f1; got {value!r}")
+    return value.lower()
+
+
+MIN_STATIC_PREFIX = 8
+MAX_STATIC_PREFIX = 30
+"""Static worker addresses need a subnet with a network and a broadcast address besides them (/8 to /30)."""
+
+
+def check_ip_or_cidr(value: str) -> str:
+    """``dhcp`` or an IPv4 address with a prefix length (``10.0.0.5/24``): not a netmask, not the subnet's network
+    or broadcast address."""
+    if value == "dhcp":
+        return value
+    address, slash, prefix = value.partition("/")
+    if not slash:
+        raise ValueError(f"static address needs a prefix length (e.g. {value}/24)")
+    if not re.fullmatch(r"[0-9]{1,2}", prefix):
+        raise ValueError(f"expected a prefix length after '/', like 10.0.0.5/24; got {value!r} (no netmasks)")
+    try:
+        iface = ipaddress.IPv4Interface(f"{address}/{int(prefix)}")
+    except ValueError:
+        raise ValueError(f"expected 'dhcp' or an IPv4 address with prefix like 10.0.0.5/24, got {value!r}") from None
+    if not MIN_STATIC_PREFIX <= iface.network.prefixlen <= MAX_STATIC_PREFIX:
+        raise ValueError(f"prefix /{prefix}: use /{MIN_STATIC_PREFIX} to /{MAX_STATIC_PREFIX} for a static address")
+    if iface.ip in (iface.network.network_address, iface.network.broadcast_address):
+        which = "network" if iface.ip == iface.network.network_address else "broadcast"
+        raise ValueError(f"{iface.ip} is the {which} address of {iface.network}")
+    return f"{iface.ip}/{iface.network.prefixlen}"
+
+
+def check_ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError(f"not an IP address: {value!r}") from None
+
+
+def check_ipv4(value: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(value))
+    except ValueError:
+        raise ValueError(f"not an IPv4 address: {value!r}") from None
+
+
+_HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+DNS_NAME = rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*$"
+
+
+def check_host(value: str) -> str:
+    """A DNS name (RFC 1123) or an IP address."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if len(value) > 253 or not re.fullmatch(DNS_NAME, value):
+        raise ValueError(f"expected a host name or IP address, got {value[:80]!r}")
+    return value
+
+
+def check_port(value: str, what: str) -> int:
+    # [0-9], not isdigit(): str.isdigit() accepts superscripts and other scripts' digits that int() refuses.
+    if not re.fullmatch(r"[0-9]{1,5}", value) or not 1 <= int(value) <= 65535:
+        raise ValueError(f"{what}: port {value[:12]!r} is not between 1 and 65535")
+    return int(value)
+
+
+def check_api_endpoint(value: str) -> str:
+    """``host:port`` (a DNS name or IPv4) or ``[IPv6]:port``, as kubeadm's ``apiServerEndpoint`` takes it."""
+    match = re.fullmatch(r"\[([^\]]+)\]:(\w+)|([^\[\]:]+):(\w+)", value)
+    if match is None:
+        raise ValueError(f"expected host:port or [IPv6]:port, got {value[:80]!r}")
+    if match[1] is not None:
+        try:
+            address = ipaddress.IPv6Address(match[1])
+        except ValueError:
+            raise ValueError(f"{match[1]!r} is not an IPv6 address") from None
+        return f"[{address}]:{check_port(match[2], value)}"
+    return f"{check_host(match[3])}:{check_port(match[4], value)}"
+
+
+def endpoint_host(value: str) -> str:
+    """The host of a validated ``api_endpoint`` value, without brackets."""
+    return value.rsplit(":", 1)[0].strip("[]")
+
+
+MAX_URL_LENGTH = 2048
+
+
+def check_http_url(value: str) -> str:
+    """An http(s) URL with a valid host and port and no whitespace or control characters."""
+    if len(value) > MAX_URL_LENGTH or re.search(rf"[\s{LINE_BREAKERS}]", value):
+        raise ValueError("expected an http(s) URL without spaces or control characters")
+    try:
+        parts = urlsplit(value)
+        port_number = parts.port
+    except ValueError:
+        raise ValueError(f"not a valid URL: {value[:80]!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http:// or https:// URL with a host, got {value[:80]!r}")
+    check_host(parts.hostname)
+    if port_number == 0:
+        raise ValueError(f"port 0 in {value[:80]!r}")
+    return value
+
+
+def check_proxmox_endpoint(value: str) -> str:
+    """The Proxmox API URL: http(s), a host, an optional port, no path beyond ``/``."""
+    check_http_url(value)
+    parts = urlsplit(value)
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"expected https://<host>[:port]/ without a path, query or credentials, got {value[:80]!r}")
+    return value
+
+
+def no_bool(value: object) -> object:
+    """Refuse booleans where a number is expected: YAML's ``true`` is not 1."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number, got a boolean")
+    return value
+
+
+Name = Annotated[str, Field(pattern=DNS_LABEL, description="A lower-case DNS label (RFC 1123).")]
+GpuModelKey = Annotated[str, AfterValidator(known_model)]
+IpAddress = Annotated[str, AfterValidator(check_ip)]
+DriverBranch = Annotated[str, Field(pattern=r"^[0-9]{3}$")]
+"""An NVIDIA driver branch, e.g. ``580``."""
+DriverVersion = Annotated[str, Field(pattern=r"^[0-9]{3}\.[0-9]{1,3}(\.[0-9]{1,3})?$")]
+"""An exact NVIDIA driver version, e.g. ``580.95.05``."""
+ToolkitVersion = Annotated[str, Field(pattern=r"^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}(~rc\.[0-9]{1,4})?-[0-9]{1,4}$")]
+"""An apt version of the NVIDIA Container Toolkit packages, e.g. ``1.18.2-1``."""
+DEFAULT_TOOLKIT_VERSION = "1.18.2-1"
+VgpuType = Annotated[str, Field(pattern=r"^[A-Z0-9]{1,16}-[0-9]{1,4}[QCBA]$")]
+"""An NVIDIA vGPU type: board prefix, framebuffer GB and series, e.g. ``A10-24Q``."""
+ApiEndpoint = Annotated[str, AfterValidator(check_api_endpoint)]
+"""A Kubernetes API server ``host:port`` or ``[IPv6]:port``."""
+HostName = Annotated[str, AfterValidator(check_host)]
+"""A DNS name or an IP address."""
+Int = Annotated[int, BeforeValidator(no_bool)]
+"""An integer that refuses booleans; every Int field also carries explicit bounds."""
+StorageId = Annotated[str, Field(pattern=r"^[A-Za-z][-A-Za-z0-9_.]{0,98}[A-Za-z0-9]$")]
+"""A Proxmox storage id (pve-common ``parse_id``: a letter first, letters, digits, ``-_.``, no trailing punctuation)."""
+BridgeId = Annotated[str, Field(pattern=r"^[-_.A-Za-z0-9]{1,15}$")]
+"""A Proxmox bridge (a Linux interface name: at most 15 characters)."""
+DnsName = Annotated[str, Field(pattern=DNS_NAME, max_length=253)]
+"""A DNS name, e.g. ``lab.internal``."""
+Text = Annotated[str, Field(pattern=f"^[^{LINE_BREAKERS}]*$", max_length=1024)]
+"""Free text on one line: no control or line-separator characters."""
+
+
+def on_branch(version: str | None, branch: str) -> bool:
+    """Whether ``version`` (None: any) belongs to driver ``branch``."""
+    return version is None or version.split(".")[0] == branch
+
+
+def _mig_kind(value: object) -> str:
+    return "named" if isinstance(value, str) else "geometry"
+
+
+MigConfig = Annotated[
+    Annotated[str, Tag("named")] | Annotated[dict[str, Annotated[Int, Field(ge=0, le=64)]], Tag("geometry")],
+    Discriminator(_mig_kind),
+]
+"""A named operator MIG config (``all-1g.5gb``) or a custom geometry ``{profile: count}`` for one GPU. The input's
+shape picks the branch, so a bad geometry reports the geometry's problem, not also "not a string"."""

@@ -1,0 +1,98 @@
+"""Cross-field rules about machines and addresses: static IPs, boot images, Proxmox node options, namespaces. Pure.
+
+Part of the rules ``components.validation.cross_check`` runs; each function returns problems.
+"""
+
+from __future__ import annotations
+
+from proxmox_gpu_cluster.core.errors import Problem
+from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.core.spec_base import endpoint_host
+
+RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+"""Namespaces every cluster has: the stack creates (and on destroy would delete) the ones it installs into."""
+
+
+def host_problems(spec: ClusterSpec) -> list[Problem]:
+    """Every problem this module knows about."""
+    return [*_addresses(spec), *_images(spec), *_proxmox_nodes(spec), *_namespaces(spec)]
+
+
+def _addresses(spec: ClusterSpec) -> list[Problem]:
+    """A static address belongs to one worker, and never to a Proxmox node or the API server."""
+    # The field validators already normalised these (IP addresses in their canonical form), so they compare as is.
+    taken: dict[str, str] = {}
+    for i, node in enumerate(spec.proxmox.nodes):
+        taken.setdefault(node.ssh_address, f"proxmox.nodes[{i}] ({node.name})")
+    taken.setdefault(endpoint_host(spec.kubernetes.api_endpoint), "the Kubernetes API endpoint")
+    out: list[Problem] = []
+    for i, worker in enumerate(spec.workers):
+        address = worker.network.static_address
+        if address is None:
+            continue
+        owner = taken.get(address)
+        if owner is not None:
+            out.append(Problem(f"workers[{i}].network.ipv4", f"{address} is already used by {owner}"))
+        else:
+            taken[address] = f"workers[{i}] ({worker.name})"
+    return out
+
+
+def _images(spec: ClusterSpec) -> list[Problem]:
+    vmids = {w.vmid: i for i, w in enumerate(spec.workers)}
+    out: list[Problem] = []
+    for i, worker in enumerate(spec.workers):
+        template = worker.image.template_vmid
+        if template is None:
+            continue
+        at = f"workers[{i}].image.templateVmid"
+        if template == worker.vmid:
+            out.append(Problem(at, f"{template} is this worker's own vmid; a VM cannot be cloned from itself"))
+        elif template in vmids:
+            out.append(Problem(at, f"{template} is the vmid of workers[{vmids[template]}], not a template"))
+    return out
+
+
+def _proxmox_nodes(spec: ClusterSpec) -> list[Problem]:
+    """Options that only host prep applies, and what KubeVirt worker VMs need from their node."""
+    out: list[Problem] = []
+    index = {n.name: i for i, n in enumerate(spec.proxmox.nodes)}
+    for i, node in enumerate(spec.proxmox.nodes):
+        at = f"proxmox.nodes[{i}]"
+        if not node.host_prep:
+            if node.acs_override:
+                out.append(
+                    Problem(f"{at}.acsOverride", "only host prep applies the override; set hostPrep: true (or drop it)")
+                )
+            if node.nested_virtualization:
+                out.append(
+                    Problem(f"{at}.nestedVirtualization", "host prep's verify step checks it; set hostPrep: true")
+                )
+            if node.reboot_policy != "when-idle":
+                out.append(Problem(f"{at}.rebootPolicy", "only host prep reboots a node; set hostPrep: true"))
+    for i, worker in enumerate(spec.workers):
+        n_i = index.get(worker.node)
+        if worker.workload == "container" or n_i is None:
+            continue
+        node = spec.proxmox.nodes[n_i]
+        if node.host_prep and not node.nested_virtualization:
+            out.append(
+                Problem(
+                    f"workers[{i}].workload",
+                    f"{worker.workload} workers run VMs themselves: set proxmox.nodes[{n_i}].nestedVirtualization: "
+                    "true so host verify checks the node's kvm module",
+                )
+            )
+    return out
+
+
+def _namespaces(spec: ClusterSpec) -> list[Problem]:
+    """The stack creates the operator's and the DRA driver's namespaces (one Namespace when they are the same)."""
+    op = spec.gpu_operator
+    created = [("gpuOperator.namespace", op.namespace, op.enabled)]
+    created.append(("gpuOperator.dra.namespace", op.dra.namespace, any(w.dra for w in spec.workers)))
+    return [
+        Problem(path, f"{name} exists in every cluster; the stack creates and owns this namespace, so pick another")
+        for path, name, used in created
+        if used and name in RESERVED_NAMESPACES
+    ]

@@ -1,0 +1,128 @@
+"""GpuOperator: the operator namespace, its sharing ConfigMaps and the gpu-operator Helm release."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.helm import nvidia_release, privileged_namespace
+from proxmox_gpu_cluster.render.dcgm import metrics_config_data, metrics_config_name
+from proxmox_gpu_cluster.render.kubevirt import docker_config_json
+from proxmox_gpu_cluster.render.operator_values import operator_values
+from proxmox_gpu_cluster.render.sharing import device_plugin_config, mig_config
+
+
+class GpuOperator(pulumi.ComponentResource):
+    """Installs the NVIDIA GPU Operator configured from the spec.
+
+    A ``helm.v3.Release`` rather than ``helm.v4.Chart``: the chart upgrades its CRDs from a pre-upgrade Helm
+    hook (``operator.upgradeCRD``), and only a real Helm release runs hooks.
+    """
+
+    namespace: pulumi.Output[str]
+    """Namespace the operator runs in."""
+    device_plugin_config: pulumi.Output[str]
+    """Name of the device-plugin ConfigMap (content-addressed)."""
+    mig_config: pulumi.Output[str]
+    """Name of the custom mig-parted ConfigMap, or "" when only the operator's built-in configs are used."""
+    dcgm_metrics_config: pulumi.Output[str]
+    """Name of the DCGM exporter metrics ConfigMap (content-addressed), or "" without the exporter."""
+    release_status: pulumi.Output[str]
+    """Helm release status."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        *,
+        provider: kubernetes.Provider,
+        vgpu_registry_password: pulumi.Input[str] | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``vgpu_registry_password``: password of ``kubevirt.vgpuManager``'s registry, required when the spec
+        has one (it becomes the image pull secret; it stays a Pulumi secret)."""
+        super().__init__("proxmox-gpu-cluster:gpu_operator:GpuOperator", name, None, opts)
+        op = spec.gpu_operator
+        child = pulumi.ResourceOptions(parent=self, provider=provider)
+        # Driver, toolkit and device-plugin pods are privileged host-level daemons.
+        ns = privileged_namespace(f"{name}-namespace", op.namespace, child)
+        release_needs: list[pulumi.Resource] = list(depends_on)
+        manager = spec.kubevirt.vgpu_manager
+        if manager is not None:  # validation: set exactly when some node runs vm-vgpu
+            if vgpu_registry_password is None:
+                raise ValueError("kubevirt.vgpuManager needs vgpu_registry_password for its pull secret")
+            config_json = pulumi.Output.secret(vgpu_registry_password).apply(
+                lambda password: docker_config_json(manager.registry, manager.registry_username, password)
+            )
+            release_needs.append(
+                kubernetes.core.v1.Secret(
+                    f"{name}-vgpu-pull-secret",
+                    kubernetes.core.v1.SecretInitArgs(
+                        metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                            name=manager.pull_secret, namespace=ns.metadata.name
+                        ),
+                        type="kubernetes.io/dockerconfigjson",
+                        string_data={".dockerconfigjson": config_json},
+                    ),
+                    opts=child,
+                )
+            )
+        dp = device_plugin_config(spec)
+
+        def config_map(role: str, cm_name: str, data: dict[str, str]) -> kubernetes.core.v1.ConfigMap:
+            return kubernetes.core.v1.ConfigMap(
+                f"{name}-{role}",
+                kubernetes.core.v1.ConfigMapInitArgs(
+                    metadata=kubernetes.meta.v1.ObjectMetaArgs(name=cm_name, namespace=ns.metadata.name), data=data
+                ),
+                opts=child,
+            )
+
+        dp_map = config_map("device-plugin-config", dp.name, dp.data)
+        mig = mig_config(spec)
+        mig_name: pulumi.Output[str] = pulumi.Output.from_input("")
+        if mig.custom:
+            mig_map = config_map("mig-config", mig.name, mig.data)
+            mig_name = mig_map.metadata.apply(lambda m: m.name or "")
+        dcgm_name: pulumi.Output[str] = pulumi.Output.from_input("")
+        if op.dcgm:
+            metrics = metrics_config_data(spec)
+            dcgm_map = config_map("dcgm-metrics", metrics_config_name(metrics), metrics)
+            dcgm_name = dcgm_map.metadata.apply(lambda m: m.name or "")
+        dp_name = dp_map.metadata.apply(lambda m: m.name or "")
+        values = pulumi.Output.all(dp_name, mig_name, dcgm_name).apply(
+            lambda names: operator_values(
+                spec,
+                device_plugin_config=names[0],
+                device_plugin_default=dp.default,
+                mig_config=names[1] or None,
+                dcgm_metrics_config=names[2] or None,
+            )
+        )
+        # atomic rolls a failed upgrade back; the operator's validator pods take minutes on first install.
+        release = nvidia_release(
+            f"{name}-release",
+            chart="gpu-operator",
+            version=op.chart_version,
+            namespace=ns.metadata.name,
+            values=values,
+            timeout=900,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=release_needs),
+        )
+        self.namespace = ns.metadata.apply(lambda m: m.name or "")
+        self.device_plugin_config = dp_name
+        self.mig_config = mig_name
+        self.dcgm_metrics_config = dcgm_name
+        self.release_status = release.status.apply(lambda s: s.status or "")
+        self.register_outputs(
+            {
+                "namespace": self.namespace,
+                "devicePluginConfig": self.device_plugin_config,
+                "migConfig": self.mig_config,
+                "dcgmMetricsConfig": self.dcgm_metrics_config,
+                "releaseStatus": self.release_status,
+            }
+        )

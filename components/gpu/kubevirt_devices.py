@@ -1,0 +1,68 @@
+"""KubeVirtGpuDevices: the GPU host devices and feature gates on an existing KubeVirt custom resource."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.render.kubevirt import API_VERSION, kubevirt_patch_spec
+
+
+class KubeVirtGpuDevices(pulumi.ComponentResource):
+    """A server-side-apply patch of the KubeVirt CR (``kubevirt.io/v1`` ``KubeVirt``, ``kubevirt.name`` in
+    ``kubevirt.namespace``) permitting every GPU model of the vm-passthrough nodes and every vGPU type of the
+    vm-vgpu nodes, with the ``HostDevices`` gate.
+
+    KubeVirt is installed separately; the CR must exist. ``pulumi.com/patchForce`` takes the device and gate
+    lists over from their previous field manager (``kubectl``, an installer): the lists are atomic, so the spec's
+    ``kubevirt.featureGates`` must name every gate the cluster keeps. Where the HyperConverged Cluster Operator
+    owns the KubeVirt CR it reconciles the CR back from its ``HyperConverged`` resource and undoes this patch;
+    configure ``permittedHostDevices`` on the HyperConverged CR there instead (see docs/kubevirt.md).
+    """
+
+    pci_resources: pulumi.Output[list[str]]
+    """Resource names of the permitted whole GPUs."""
+    mediated_resources: pulumi.Output[list[str]]
+    """Resource names of the permitted vGPU types."""
+    feature_gates: pulumi.Output[list[str]]
+    """The feature gates the CR is left with."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        *,
+        provider: kubernetes.Provider,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("proxmox-gpu-cluster:kubevirt_devices:KubeVirtGpuDevices", name, None, opts)
+        kv = spec.kubevirt
+        body = kubevirt_patch_spec(spec)
+        patch = kubernetes.apiextensions.CustomResourcePatch(
+            f"{name}-kubevirt",
+            api_version=API_VERSION,
+            kind="KubeVirt",
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                name=kv.name, namespace=kv.namespace, annotations={"pulumi.com/patchForce": "true"}
+            ),
+            spec=body,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+        )
+        # Derived from the patch so that whoever uses them waits for it.
+        permitted = body["configuration"]["permittedHostDevices"]
+        pci = sorted({d["resourceName"] for d in permitted.get("pciHostDevices", [])})
+        mdev = [d["resourceName"] for d in permitted.get("mediatedDevices", [])]
+        gates = list(body["configuration"]["developerConfiguration"]["featureGates"])
+        self.pci_resources = patch.urn.apply(lambda _: pci)
+        self.mediated_resources = patch.urn.apply(lambda _: mdev)
+        self.feature_gates = patch.urn.apply(lambda _: gates)
+        self.register_outputs(
+            {
+                "pciResources": self.pci_resources,
+                "mediatedResources": self.mediated_resources,
+                "featureGates": self.feature_gates,
+            }
+        )

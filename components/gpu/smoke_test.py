@@ -1,0 +1,90 @@
+"""GpuSmokeTest: a Job that runs nvidia-smi on one GPU resource and must complete."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+from proxmox_gpu_cluster.core.capacity import smoke_test_resource
+from proxmox_gpu_cluster.core.spec import ClusterSpec
+
+SMOKE_TEST_LABEL = {"app.kubernetes.io/name": "gpu-smoke-test", "app.kubernetes.io/part-of": "proxmox-gpu-cluster"}
+
+
+class GpuSmokeTest(pulumi.ComponentResource):
+    """Runs ``nvidia-smi`` in a pod that requests one unit of a GPU resource the cluster advertises.
+
+    pulumi-kubernetes waits for a Job to report Complete and fails the update on Failed, so ``pulumi up``
+    only succeeds once a GPU was scheduled, the runtime injected the driver and nvidia-smi saw the device.
+    """
+
+    resource: pulumi.Output[str]
+    """The extended resource the Job requested."""
+    job: pulumi.Output[str]
+    """Name of the Job."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        *,
+        provider: kubernetes.Provider,
+        namespace: pulumi.Input[str],
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``depends_on``: the operator release (the Job needs its device plugin and RuntimeClass)."""
+        super().__init__("proxmox-gpu-cluster:smoke_test:GpuSmokeTest", name, None, opts)
+        test = spec.gpu_operator.smoke_test
+        resource = smoke_test_resource(spec)
+        if resource is None:  # validation refuses an enabled smoke test without one
+            raise ValueError("no GPU resource to request")
+        pod = kubernetes.core.v1.PodSpecArgs(
+            restart_policy="Never",
+            # The operator creates the nvidia RuntimeClass in both driver modes; with the host toolkit,
+            # `nvidia-ctk runtime configure` registers its handler in containerd.
+            runtime_class_name="nvidia",
+            automount_service_account_token=False,
+            # Tainted GPU nodes (nvidia.com/gpu=true:NoSchedule) must still run the test.
+            tolerations=[
+                kubernetes.core.v1.TolerationArgs(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+            ],
+            containers=[
+                kubernetes.core.v1.ContainerArgs(
+                    name="nvidia-smi",
+                    image=test.image,
+                    command=["nvidia-smi"],
+                    # Extended resources go in limits; the request defaults to the limit.
+                    resources=kubernetes.core.v1.ResourceRequirementsArgs(limits={resource: "1"}),
+                    security_context=kubernetes.core.v1.SecurityContextArgs(allow_privilege_escalation=False),
+                )
+            ],
+        )
+        job = kubernetes.batch.v1.Job(
+            f"{name}-job",
+            kubernetes.batch.v1.JobInitArgs(
+                metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                    namespace=namespace,
+                    labels=SMOKE_TEST_LABEL,
+                    # A Job that failed on an earlier `up` is replaced (re-run) instead of awaited again.
+                    annotations={"pulumi.com/replaceUnready": "true"},
+                ),
+                spec=kubernetes.batch.v1.JobSpecArgs(
+                    backoff_limit=1,
+                    active_deadline_seconds=test.timeout_seconds,
+                    template=kubernetes.core.v1.PodTemplateSpecArgs(
+                        metadata=kubernetes.meta.v1.ObjectMetaArgs(labels=SMOKE_TEST_LABEL), spec=pod
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=provider,
+                depends_on=list(depends_on),
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{test.timeout_seconds + 60}s"),
+            ),
+        )
+        self.resource = pulumi.Output.from_input(resource)
+        self.job = job.metadata.apply(lambda m: m.name or "")
+        self.register_outputs({"resource": self.resource, "job": self.job})

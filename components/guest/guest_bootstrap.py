@@ -1,0 +1,136 @@
+"""GuestBootstrap: turn an SSH-reachable Ubuntu 22.04/24.04 GPU host into a verified Kubernetes GPU node."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_command as command
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
+from proxmox_gpu_cluster.render.guest_scripts import (
+    CA_CERT_HASH_VAR,
+    JOIN_TOKEN_VAR,
+    driver_args,
+    join_args,
+    runtime_args,
+    secret_stdin,
+    step_script,
+    verify_args,
+)
+from proxmox_gpu_cluster.render.host_scripts import REBOOT_SCHEDULED, remote_command
+from proxmox_gpu_cluster.ssh import connection as ssh_connection
+from proxmox_gpu_cluster.ssh import reboot_wait_args
+
+
+class GuestBootstrap(pulumi.ComponentResource):
+    """One chain of steps over SSH, each waiting for the previous one:
+
+    1. ``cloud-init``: Ubuntu 22.04/24.04, and ``cloud-init status --wait``.
+    2. ``driver``: nouveau blacklisted; in host mode the NVIDIA driver from Ubuntu's archive, pinned and held.
+       ``driver-wait`` (where ``pulumi up`` runs) waits for the guest to reboot if, and only if, the driver
+       step scheduled a reboot.
+    3. ``runtime``: containerd (systemd cgroups) and, with the host driver, the NVIDIA Container Toolkit.
+    4. ``join``: ``kubeadm join`` (join method kubeadm only); the token and CA hash travel on stdin.
+    5. ``verify``: exactly the expected GPUs on the PCI bus and in ``nvidia-smi``, the nvidia runtime in
+       containerd. Whatever needs the node (labels, the operator) should depend on this component.
+
+    Pins (driver branch and version, toolkit version, Kubernetes minor) are in each step's command line, so
+    changing one updates that step in place (its command runs again) rather than replacing anything; the
+    scripts are idempotent, so a re-run with nothing to do changes nothing. The driver step's delete command
+    purges the driver only when ``purge_driver_on_destroy`` is set.
+    """
+
+    node_name: pulumi.Output[str]
+    """The Kubernetes node name the host joined as."""
+    rebooted: pulumi.Output[bool]
+    """Whether the driver step rebooted the host on its last run."""
+    verification: pulumi.Output[str]
+    """The verification step's report (``verify: ok: ...``)."""
+    final_step: command.remote.Command
+    """The last step (verify). It is replaced whenever the chain starts over on a fresh machine, so whatever must be
+    applied again to a new machine (its node labels) can name it in ``replace_with``."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: GuestBootstrapSpec,
+        *,
+        provider: command.Provider,
+        host: pulumi.Input[str],
+        user: str,
+        ssh_private_key: pulumi.Input[str],
+        join_token: pulumi.Input[str] | None = None,
+        ca_cert_hash: pulumi.Input[str] | None = None,
+        port: int = 22,
+        replace_with: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``host``: address to connect to; pass an output of the machine (e.g. ``GpuWorkerVm.ip_address``) so
+        the steps wait for it. ``replace_with``: resources whose replacement means a fresh host (the VM), which
+        makes every step run again. ``join_token``/``ca_cert_hash``: required for join method kubeadm; kept
+        secret whatever is passed."""
+        super().__init__("proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap", name, None, opts)
+        kubeadm = bootstrap.join_method == "kubeadm"
+        if kubeadm and (join_token is None or ca_cert_hash is None):
+            raise ValueError("join method kubeadm needs join_token and ca_cert_hash")
+        connection = ssh_connection(host, user, ssh_private_key, port)
+
+        def step(
+            role: str,
+            args: list[str],
+            after: pulumi.Resource | None,
+            stdin: pulumi.Input[str],
+            *,
+            delete: str | None = None,
+            secret: bool = False,
+        ) -> command.remote.Command:
+            return command.remote.Command(
+                f"{name}-{role}",
+                command.remote.CommandArgs(
+                    connection=connection,
+                    create=remote_command(user, args),
+                    delete=delete,
+                    stdin=stdin,
+                    # kubeadm prints no secret, but nothing of a secret-fed step is logged or stored in clear.
+                    logging=command.remote.Logging.NONE if secret else None,
+                ),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    provider=provider,
+                    depends_on=[after] if after is not None else [],
+                    replace_with=list(replace_with),
+                    additional_secret_outputs=["stdin", "stdout", "stderr"] if secret else None,
+                ),
+            )
+
+        cloud_init = step("cloud-init", [], None, step_script("cloud-init"))
+        purge = remote_command(user, [*driver_args(bootstrap), "--purge"])
+        driver = step(
+            "driver",
+            driver_args(bootstrap),
+            cloud_init,
+            step_script("driver"),
+            delete=purge if bootstrap.purge_driver_on_destroy else None,
+        )
+        wait = command.local.Command(
+            f"{name}-driver-wait",
+            # An input, not a trigger: a new driver output updates this step (it runs again) in place.
+            reboot_wait_args(host, port, driver.stdout),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=provider, depends_on=[driver], replace_with=list(replace_with)
+            ),
+        )
+        last: pulumi.Resource = step("runtime", runtime_args(bootstrap), wait, step_script("runtime"))
+        if kubeadm:
+            stdin = pulumi.Output.all(join_token, ca_cert_hash).apply(
+                lambda values: secret_stdin("join", {JOIN_TOKEN_VAR: values[0], CA_CERT_HASH_VAR: values[1]})
+            )
+            last = step("join", join_args(bootstrap), last, pulumi.Output.secret(stdin), secret=True)
+        verify = step("verify", verify_args(bootstrap), last, step_script("verify"))
+        self.node_name = pulumi.Output.from_input(bootstrap.node_name)
+        self.rebooted = driver.stdout.apply(lambda out: REBOOT_SCHEDULED in (out or ""))
+        self.verification = verify.stdout
+        self.final_step = verify
+        self.register_outputs(
+            {"nodeName": self.node_name, "rebooted": self.rebooted, "verification": self.verification}
+        )

@@ -1,0 +1,87 @@
+"""WorkerBootFiles: what a Proxmox node needs to boot its GPU workers: cloud images and the vendor-data snippet."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_proxmoxve as proxmoxve
+from proxmox_gpu_cluster.core.names import StackScope, short_hash
+from proxmox_gpu_cluster.core.spec import Image, ProxmoxNode
+from proxmox_gpu_cluster.outputs import current_scope
+from proxmox_gpu_cluster.render.cloud_init import vendor_data
+
+
+class WorkerBootFiles(pulumi.ComponentResource):
+    """Per node: one download per distinct cloud image its workers use, and the cloud-init vendor-data snippet.
+
+    Both live on shared datastores, so their file names are scoped to the project and stack
+    (``components.names``): two stacks on one node never overwrite or delete each other's files, and two URLs
+    with the same basename never share one. A file of exactly that name that is already there can only be a
+    leftover of this stack (an interrupted run, a state edit): it is replaced by a fresh download
+    (``overwrite_unmanaged``) instead of failing with "already exists".
+
+    The snippet is uploaded over SSH by the provider (the API cannot write snippets); the datastore must have the
+    ``snippets`` content type enabled. A VM's cloud-init drive references the snippet whenever the VM starts, so
+    its name never changes and a new vendor-data text replaces it in place (delete first: same name). VMs ignore
+    changes to it (``GpuWorkerVm``): vendor data only matters on a VM's first boot.
+    """
+
+    vendor_data_file_id: pulumi.Output[str]
+    """Volume id of the vendor-data snippet."""
+    image_file_ids: pulumi.Output[dict[str, str]]
+    """Cloud image URL -> volume id."""
+
+    def __init__(
+        self,
+        name: str,
+        node: ProxmoxNode,
+        images: Sequence[Image],
+        *,
+        provider: proxmoxve.Provider,
+        scope: StackScope | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``images``: the boot images of the node's workers (template clones and repeats are skipped).
+        ``scope``: the project and stack the file names belong to (default: this program's)."""
+        super().__init__("proxmox-gpu-cluster:boot_files:WorkerBootFiles", name, None, opts)
+        scope = scope or current_scope()
+        child = pulumi.ResourceOptions(parent=self, provider=provider)
+        snippet = proxmoxve.FileLegacy(
+            f"{name}-vendor-data",
+            proxmoxve.FileLegacyArgs(
+                node_name=node.name,
+                datastore_id=node.snippet_datastore,
+                content_type="snippets",
+                source_raw=proxmoxve.FileLegacySourceRawArgs(
+                    data=vendor_data(), file_name=scope.snippet_file_name(node.name)
+                ),
+            ),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(delete_before_replace=True)),
+        )
+        ids: dict[str, pulumi.Output[str]] = {}
+        for image in images:
+            url = image.cloud_image_url
+            if url is None or url in ids:
+                continue
+            download = proxmoxve.download.File(
+                # By URL, not by position: adding a worker with another image renames nothing.
+                f"{name}-image-{short_hash(url, 8)}",
+                proxmoxve.download.FileArgs(
+                    node_name=node.name,
+                    datastore_id=image.datastore,
+                    content_type="iso",
+                    url=url,
+                    file_name=scope.image_file_name(node.name, image.datastore, url),
+                    checksum=image.checksum,
+                    checksum_algorithm="sha256" if image.checksum else None,
+                    # A new upstream build of the same URL must not replace the disks cloned from it.
+                    overwrite=False,
+                    overwrite_unmanaged=True,
+                ),
+                opts=child,
+            )
+            ids[url] = download.id
+        self.vendor_data_file_id = snippet.id
+        self.image_file_ids = pulumi.Output.all(**ids) if ids else pulumi.Output.from_input({})
+        self.register_outputs({"vendorDataFileId": self.vendor_data_file_id, "imageFileIds": self.image_file_ids})

@@ -1,0 +1,86 @@
+"""ProxmoxHostGpuPrep: IOMMU, vfio and driver blacklist on a Proxmox node, one reboot if needed, then verify."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_command as command
+from proxmox_gpu_cluster.core.spec import ProxmoxNode
+from proxmox_gpu_cluster.render.host_scripts import (
+    REBOOT_REQUIRED,
+    REBOOT_SCHEDULED,
+    parse_groups,
+    prep_args,
+    remote_command,
+    script,
+    verify_args,
+)
+from proxmox_gpu_cluster.ssh import connection as ssh_connection
+from proxmox_gpu_cluster.ssh import reboot_wait_args
+
+
+class ProxmoxHostGpuPrep(pulumi.ComponentResource):
+    """Three steps over SSH, each waiting for the previous one:
+
+    1. ``prep``: host_prep.sh writes kernel arguments, vfio modules, blacklist and vfio-pci ids for the GPUs the
+       node declares, rebuilds the initramfs, binds newly declared GPUs to vfio-pci at runtime, and reboots only
+       when the running kernel lacks an argument, and then only as ``rebootPolicy`` allows (``when-idle``: no VM
+       or container running; otherwise the step fails naming them).
+    2. ``wait``: where ``pulumi up`` runs, waits for the node to go down and answer again (bounded), if and only
+       if step 1 scheduled a reboot.
+    3. ``verify``: host_verify.sh checks IOMMU, interrupt remapping, vfio-pci binding and IOMMU-group isolation
+       and reports each GPU's group, which the PCI mappings use when the preflight could not read them.
+
+    Failures name the step and what was seen (the scripts print ``host-prep: <step>: ...``).
+    """
+
+    reboot: pulumi.Output[bool]
+    """Whether this run rebooted the node."""
+    reboot_required: pulumi.Output[bool]
+    """Whether the node still needs a reboot that ``rebootPolicy: never`` left to you."""
+    groups: pulumi.Output[dict[str, int]]
+    """PCI path -> IOMMU group, as verified on the host."""
+
+    def __init__(
+        self,
+        name: str,
+        node: ProxmoxNode,
+        *,
+        ssh_user: str,
+        provider: command.Provider,
+        ssh_private_key: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``node``: the Proxmox node as the spec describes it; nothing else feeds host prep, so no change to the
+        workers can change (and so re-run or reboot) it. ``ssh_user``: root, or a user with passwordless sudo."""
+        super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
+        user = ssh_user
+        connection = ssh_connection(node.ssh_address, user, ssh_private_key)
+        prep = command.remote.Command(
+            f"{name}-prep",
+            command.remote.CommandArgs(
+                connection=connection,
+                create=remote_command(user, prep_args(node)),
+                stdin=script("host_prep.sh"),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+        wait = command.local.Command(
+            f"{name}-wait",
+            # Each prep run may have rebooted the node, so waiting (and verifying) runs again after it.
+            reboot_wait_args(node.ssh_address, 22, prep.stdout, triggers=[prep.stdout]),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[prep]),
+        )
+        verify = command.remote.Command(
+            f"{name}-verify",
+            command.remote.CommandArgs(
+                connection=connection,
+                create=remote_command(user, verify_args(node)),
+                stdin=script("host_verify.sh"),
+                triggers=[prep.stdout],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[wait]),
+        )
+        self.reboot = prep.stdout.apply(lambda out: REBOOT_SCHEDULED in out)
+        self.reboot_required = prep.stdout.apply(lambda out: REBOOT_REQUIRED in out)
+        self.groups = verify.stdout.apply(parse_groups)
+        self.register_outputs({"reboot": self.reboot, "rebootRequired": self.reboot_required, "groups": self.groups})

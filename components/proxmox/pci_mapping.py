@@ -1,0 +1,128 @@
+"""IOMMU preflight over the Proxmox API, and GpuPciMappings: a datacenter PCI mapping per passthrough GPU.
+
+One mapping per GPU rather than one per model with a map entry per node and card: a worker claims specific
+cards, and a VM that references a multi-device mapping gets whichever mapped card Proxmox finds free. Per-GPU
+mappings keep that deterministic, and replacing one card touches only its own mapping. VMs reference mappings
+(``hostpci.mapping``), which API tokens may use (``Mapping.Use``); a raw ``hostpci.id`` needs root@pam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pulumi
+import pulumi_proxmoxve as proxmoxve
+from proxmox_gpu_cluster.core.errors import Problem, SpecError
+from proxmox_gpu_cluster.core.iommu import NodePreflight, PciDevice, pci_device, preflight
+from proxmox_gpu_cluster.core.names import StackScope
+from proxmox_gpu_cluster.core.spec import ClusterSpec, ProxmoxNode
+from proxmox_gpu_cluster.outputs import current_scope, item
+
+
+class IommuPreflightError(pulumi.RunError):
+    """The hosts do not match the spec; one line per problem, each naming its config path."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.lines = SpecError(problems).lines
+        super().__init__("IOMMU preflight failed:\n" + "\n".join(self.lines))
+
+
+def read_pci_devices(node: str, provider: proxmoxve.Provider, parent: pulumi.Resource | None = None) -> list[PciDevice]:
+    """Every PCI function of ``node`` (bridges included: the default class blacklist would hide them)."""
+    result = proxmoxve.hardware.get_pci(
+        node_name=node, pci_class_blacklists=[], opts=pulumi.InvokeOptions(provider=provider, parent=parent)
+    )
+    return [
+        pci_device(
+            d.id, d.vendor, d.device, d.class_, d.iommu_group, d.subsystem_vendor, d.subsystem_device, d.device_name
+        )
+        for d in result.devices
+    ]
+
+
+def run_preflight(
+    spec: ClusterSpec, provider: proxmoxve.Provider, *, parent: pulumi.Resource | None = None
+) -> dict[str, NodePreflight]:
+    """Preflight every node with passthrough GPUs; raise IommuPreflightError with all problems of all nodes.
+
+    A synchronous invoke on purpose: the answer decides which resources exist, so it must be known before any
+    of them registers (and it runs in ``pulumi preview`` too).
+    """
+    results: dict[str, NodePreflight] = {}
+    problems: list[Problem] = []
+    for i, node in enumerate(spec.proxmox.nodes):
+        if not node.passthrough_gpus:
+            continue
+        result = preflight(spec, node.name, read_pci_devices(node.name, provider, parent))
+        problems += result.problems
+        if result.check == "host-verify" and not node.host_prep:
+            problems.append(
+                Problem(
+                    f"proxmox.nodes[{i}].hostPrep",
+                    f"node {node.name} reports no IOMMU groups (IOMMU is off); set hostPrep: true or enable "
+                    "IOMMU on the host yourself",
+                )
+            )
+        results[node.name] = result
+    if problems:
+        raise IommuPreflightError(problems)
+    return results
+
+
+class GpuPciMappings(pulumi.ComponentResource):
+    """A ``proxmoxve.hardware.mapping.Pci`` per passthrough GPU of one node: every GPU the node declares except the
+    console GPU, claimed by a worker or not, so adding or removing workers never adds or removes mappings.
+
+    Children are named ``<name>-<pci path>`` (``pve1-pci-0000:41:00``), not by GPU name: node and GPU names may both
+    contain dashes, so ``<node>-pci-<gpu>`` gave node ``a`` + GPU ``pci-b`` and node ``a-pci`` + GPU ``b`` one URN;
+    a PCI path has a fixed shape without dashes.
+    """
+
+    mappings: pulumi.Output[dict[str, str]]
+    """GPU name -> mapping name."""
+
+    def __init__(
+        self,
+        name: str,
+        node: ProxmoxNode,
+        result: NodePreflight,
+        *,
+        provider: proxmoxve.Provider,
+        scope: StackScope | None = None,
+        verified_groups: pulumi.Input[Mapping[str, int]] | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``result``: the node's IOMMU preflight. ``scope``: the project and stack the mapping ids belong to
+        (default: this program's). ``verified_groups``: PCI path -> group from host prep's verify step, used when
+        the preflight deferred the isolation check (IOMMU not yet on, or the ACS override requested)."""
+        super().__init__("proxmox-gpu-cluster:pci_mapping:GpuPciMappings", name, None, opts)
+        scope = scope or current_scope()
+        gpus = {g.name: g for _, g in node.passthrough_gpus}
+        names: dict[str, pulumi.Output[str]] = {}
+        for placement in result.gpus:
+            gpu = gpus[placement.gpu]
+            group: pulumi.Input[int] | None = placement.iommu_group
+            if group is None and verified_groups is not None:
+                group = item(verified_groups, placement.slot)
+            mapping = proxmoxve.hardware.mapping.Pci(
+                f"{name}-{gpu.pci_path}",
+                proxmoxve.hardware.mapping.PciArgs(
+                    name=scope.mapping_id(node.name, gpu.name),
+                    comment=f"proxmox-gpu-cluster {scope.project}/{scope.stack}: {gpu.model} {node.name}/{gpu.name}",
+                    maps=[
+                        proxmoxve.hardware.mapping.PciMapArgs(
+                            id=gpu.vendor_device,
+                            node=node.name,
+                            # No function: every function of the card passes through together.
+                            path=gpu.pci_path,
+                            iommu_group=group,
+                            subsystem_id=placement.subsystem,
+                        )
+                    ],
+                ),
+                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+            )
+            names[gpu.name] = mapping.name
+        self.mappings = pulumi.Output.all(**names) if names else pulumi.Output.from_input({})
+        self.register_outputs({"mappings": self.mappings})

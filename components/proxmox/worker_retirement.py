@@ -1,0 +1,84 @@
+"""WorkerRetirement: drain, reset and remove a worker VM's Kubernetes node before the VM is destroyed or replaced."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_command as command
+from proxmox_gpu_cluster.core.spec import DrainSpec
+from proxmox_gpu_cluster.render.guest_scripts import drain_args, retire_stdin
+from proxmox_gpu_cluster.render.host_scripts import remote_command, retire_args
+from proxmox_gpu_cluster.ssh import connection as ssh_connection
+
+
+class WorkerRetirement(pulumi.ComponentResource):
+    """A command whose *delete* retires the node: on the VM's Proxmox node, ``retire_vm.sh`` runs ``guest_drain.sh``
+    inside the guest through the QEMU guest agent: cordon, ``kubectl drain`` (evictions: PodDisruptionBudgets are
+    respected; bounded by ``drain.timeout_seconds``, failing with the pods that block), ``kubeadm reset``, and
+    deletion of the Node object. Its create step only proves the guest agent answers.
+
+    Order comes from the dependency graph: pass the node's bootstrap and label patch in ``depends_on`` (this is
+    deleted before them, so nothing is taken from a node that still runs pods), and the VM in ``replace_with`` (a
+    replaced VM, which is deleted first, takes this with it, so the drain runs before the old VM goes). A VM that
+    is already down, or whose agent no longer answers, does not block the destroy: the step warns that the node
+    was not drained and names the ``kubectl delete node`` to run.
+
+    The admin kubeconfig reaches the guest on stdin only (never an argument, environment variable or log line);
+    ``protect`` should follow the VM's, so removing a protected worker stops before anything is drained.
+    """
+
+    ready: pulumi.Output[str]
+    """The create step's report (``retire: ready: ...``)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        node_name: str,
+        vmid: int,
+        host: pulumi.Input[str],
+        ssh_user: str,
+        ssh_private_key: pulumi.Input[str],
+        kubeconfig: pulumi.Input[str],
+        api_endpoint: str,
+        drain: DrainSpec,
+        kubeadm_reset: bool,
+        provider: command.Provider,
+        protect: bool = False,
+        replace_with: Sequence[pulumi.Resource] = (),
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``node_name``: the Kubernetes node (the VM name). ``host``/``ssh_user``: the Proxmox node the VM runs on
+        (root, or passwordless sudo). ``api_endpoint``: the API server ``host:port`` the node joined through (kubectl
+        in the guest uses it; the kubeconfig's own server may be an address only the operator reaches), and the
+        kubeconfig must carry its credentials (a client certificate or token; an exec plugin cannot run in the
+        guest). ``kubeadm_reset``: the node joined with kubeadm."""
+        super().__init__("proxmox-gpu-cluster:worker_retirement:WorkerRetirement", name, None, opts)
+        guest = drain_args(node_name, api_endpoint, drain, kubeadm_reset)
+
+        def run(*, check: bool) -> str:
+            return remote_command(ssh_user, retire_args(vmid, node_name, drain.timeout_seconds, guest, check=check))
+
+        step = command.remote.Command(
+            f"{name}-drain",
+            command.remote.CommandArgs(
+                connection=ssh_connection(host, ssh_user, ssh_private_key),
+                create=run(check=True),
+                delete=run(check=False),
+                stdin=pulumi.Output.secret(kubeconfig).apply(retire_stdin),
+                # The delete step would otherwise get the create step's output in its environment.
+                add_previous_output_in_env=False,
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=provider,
+                protect=protect,
+                replace_with=list(replace_with),
+                depends_on=list(depends_on),
+                additional_secret_outputs=["stdin"],
+            ),
+        )
+        self.ready = step.stdout
+        self.register_outputs({"ready": self.ready})

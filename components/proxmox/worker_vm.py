@@ -1,0 +1,215 @@
+"""GpuWorkerVm: a Proxmox VM with its GPUs passed through, ready for the guest bootstrap."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pulumi
+import pulumi_command as command
+import pulumi_proxmoxve as proxmoxve
+from proxmox_gpu_cluster.core.inventory import worker_gpus
+from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
+from proxmox_gpu_cluster.outputs import item
+from proxmox_gpu_cluster.render.host_scripts import remote_command, script
+from proxmox_gpu_cluster.ssh import connection as ssh_connection
+
+MMIO_MB = 65536
+"""64-bit MMIO window for large-BAR GPUs (OVMF's default is too small for an A100/H100 BAR1)."""
+LARGE_BAR_ARGS = f"-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string={MMIO_MB}"
+BOOT_INPUTS = ("disks[*].fileId", "clone", "initialization.vendorDataFileId")
+"""VM inputs that only matter at creation and that the provider would replace the VM for (they are ForceNew in
+bpg/terraform-provider-proxmox): a new image or snippet name applies to new VMs only."""
+
+
+def needs_large_bar(spec: ClusterSpec, worker: Worker) -> bool:
+    """Whether any GPU of ``worker`` has a BAR too large for OVMF's default MMIO window."""
+    return any(g.model.large_bar for g in worker_gpus(spec, worker))
+
+
+def machine_type(worker: Worker) -> str:
+    """q35 for every worker; KubeVirt workers also get an emulated Intel IOMMU (Proxmox's ``viommu=intel`` option),
+    without which the guest has no IOMMU groups and cannot hand the GPU to its own VMs through vfio-pci
+    (Proxmox VE admin guide, "vIOMMU"). The guest enables it with ``intel_iommu=on`` (guest bootstrap)."""
+    return "q35,viommu=intel" if worker.workload != "container" else "q35"
+
+
+def vm_tags(spec: ClusterSpec, worker: Worker) -> list[str]:
+    """Proxmox tags: the project, the GPU models, then the spec's own tags (Proxmox stores them sorted)."""
+    models = {g.model.key.lower() for g in worker_gpus(spec, worker)}
+    return sorted({"proxmox-gpu-cluster", *models, *worker.tags})
+
+
+class GpuWorkerVm(pulumi.ComponentResource):
+    """A ``proxmoxve.VmLegacy`` (q35, OVMF without pre-enrolled keys, cpu host, no ballooning, GPUs by mapping).
+
+    Day 2: a worker VM has a fixed vmid and holds its GPUs exclusively, so a new VM cannot exist beside the old
+    one: it is replaced delete-first (``delete_before_replace``), and whatever must start over on a fresh machine
+    lists ``vm`` in ``replace_with``. Its boot inputs (cloud image, template, vendor data) only matter when it is
+    created, so changing them never replaces a running worker (``ignore_changes``; rebuild one with ``pulumi up
+    --replace``). The provider never restarts it (``reboot_after_update: false``): a change that needs a restart
+    (cores, memory, GPUs, cloud-init settings) stays pending in the VM's config until its node is drained and the
+    VM restarted, and the provider warns; one that needs the VM stopped fails instead.
+
+    cpu host also passes the host's virtualization extensions through, which a KubeVirt worker needs for its own
+    VMs (nested virtualization must be enabled in the Proxmox node's kvm module, the default on current kernels;
+    the guest bootstrap's verify step checks ``/dev/kvm``).
+
+    ``proxmoxve.Vm`` has no hostpci support in pulumi-proxmoxve 8.x, hence the legacy resource.
+    """
+
+    vm_id: pulumi.Output[int]
+    """Proxmox VM id."""
+    ip_address: pulumi.Output[str]
+    """The static address from the spec, or the first address the guest agent reports."""
+    node_name: pulumi.Output[str]
+    """The Kubernetes node name the VM will join as (its VM name)."""
+    vm: proxmoxve.VmLegacy
+    """The VM resource itself, for ``replace_with`` on whatever must start over when the VM is replaced."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ClusterSpec,
+        worker: Worker,
+        *,
+        provider: proxmoxve.Provider,
+        mappings: pulumi.Input[Mapping[str, str]],
+        vendor_data_file_id: pulumi.Input[str],
+        image_file_id: pulumi.Input[str] | None = None,
+        host_command: command.Provider | None = None,
+        ssh_private_key: pulumi.Input[str] | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """``mappings``: GPU name -> PCI mapping name. ``image_file_id``: the downloaded cloud image (None when
+        the worker clones a template). ``host_command``/``ssh_private_key``: used for the large-BAR setting in
+        token mode, through ``qm set`` on the Proxmox node."""
+        super().__init__("proxmox-gpu-cluster:worker_vm:GpuWorkerVm", name, None, opts)
+        password_mode = spec.proxmox.auth_mode == "password"
+        large_bar = needs_large_bar(spec, worker)
+        net = worker.network
+        hostpcis = [
+            proxmoxve.VmLegacyHostpciArgs(
+                device=f"hostpci{i}",
+                mapping=item(mappings, claim.ref),
+                pcie=True,  # q35 PCIe root port: what the NVIDIA driver expects of a datacenter GPU
+                rombar=True,
+                xvga=False,  # compute GPUs are not the VM's display; the console stays on the emulated VGA
+            )
+            for i, claim in enumerate(worker.gpus)
+        ]
+        ip_config = proxmoxve.VmLegacyInitializationIpConfigArgs(
+            ipv4=proxmoxve.VmLegacyInitializationIpConfigIpv4Args(address=net.ipv4, gateway=net.gateway)
+        )
+        dns = (
+            proxmoxve.VmLegacyInitializationDnsArgs(servers=list(net.dns), domain=net.search_domain)
+            if net.dns or net.search_domain
+            else None
+        )
+        image = worker.image
+        # Mapped hostpci entries come back from the API with a computed `id` the spec never sets, which shows
+        # as a change on every preview (bpg/terraform-provider-proxmox#517); mapping changes still apply.
+        ignore = ["hostpcis[*].id", *BOOT_INPUTS]
+        if large_bar and not password_mode:
+            # Set on the host with `qm set --args` (root-only in the API); do not let the provider remove it.
+            ignore.append("kvmArguments")
+        vm = proxmoxve.VmLegacy(
+            f"{name}-vm",
+            proxmoxve.VmLegacyArgs(
+                node_name=worker.node,
+                vm_id=worker.vmid,
+                name=worker.name,
+                description="GPU worker managed by proxmox-gpu-cluster",
+                tags=vm_tags(spec, worker),
+                on_boot=worker.on_boot,
+                started=True,
+                reboot_after_update=False,
+                machine=machine_type(worker),
+                bios="ovmf",
+                # 4m OVMF vars; no pre-enrolled keys, so Secure Boot is off and the unsigned NVIDIA module loads.
+                efi_disk=proxmoxve.VmLegacyEfiDiskArgs(
+                    datastore_id=worker.datastore, file_format="raw", type="4m", pre_enrolled_keys=False
+                ),
+                cpu=proxmoxve.VmLegacyCpuArgs(cores=worker.cores, sockets=1, type="host"),
+                # Passthrough pins all guest RAM for DMA, so ballooning cannot reclaim any: floating 0 turns it off.
+                memory=proxmoxve.VmLegacyMemoryArgs(dedicated=worker.memory_mib, floating=0),
+                agent=proxmoxve.VmLegacyAgentArgs(enabled=True, trim=True),
+                operating_system=proxmoxve.VmLegacyOperatingSystemArgs(type="l26"),
+                scsi_hardware="virtio-scsi-single",
+                serial_devices=[proxmoxve.VmLegacySerialDeviceArgs(device="socket")],
+                clone=proxmoxve.VmLegacyCloneArgs(vm_id=image.template_vmid, full=True)
+                if image.template_vmid is not None
+                else None,
+                disks=[
+                    proxmoxve.VmLegacyDiskArgs(
+                        interface="scsi0",
+                        datastore_id=worker.datastore,
+                        file_id=image_file_id,
+                        size=worker.disk_gib,
+                        discard="on",
+                        iothread=True,
+                        ssd=True,
+                    )
+                ],
+                network_devices=[
+                    proxmoxve.VmLegacyNetworkDeviceArgs(bridge=net.bridge, vlan_id=net.vlan, model="virtio")
+                ],
+                hostpcis=hostpcis,
+                kvm_arguments=LARGE_BAR_ARGS if large_bar and password_mode else None,
+                initialization=proxmoxve.VmLegacyInitializationArgs(
+                    datastore_id=worker.datastore,
+                    ip_configs=[ip_config],
+                    dns=dns,
+                    user_account=proxmoxve.VmLegacyInitializationUserAccountArgs(
+                        username=worker.ssh_user, keys=list(spec.guest.ssh_public_keys)
+                    ),
+                    vendor_data_file_id=vendor_data_file_id,
+                ),
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=provider,
+                protect=worker.protect,
+                ignore_changes=ignore,
+                delete_before_replace=True,
+                depends_on=list(depends_on),
+            ),
+        )
+        # Derived from VM outputs, not the plain spec value, so whoever connects to the address waits for the VM
+        # (and for the large-BAR restart, below).
+        if net.ipv4 == "dhcp":
+            address = vm.ipv4_addresses.apply(_first_address)
+        else:
+            static = net.ipv4.split("/")[0]
+            address = vm.vm_id.apply(lambda _: static)
+        if large_bar and not password_mode:
+            if host_command is None or ssh_private_key is None:
+                raise ValueError("a large-BAR worker in token mode needs host_command and ssh_private_key")
+            node = spec.node(worker.node)
+            user = spec.proxmox.ssh_user
+            restart = command.remote.Command(
+                f"{name}-large-bar",
+                command.remote.CommandArgs(
+                    connection=ssh_connection(node.ssh_address, user, ssh_private_key),
+                    create=remote_command(user, [str(worker.vmid), str(MMIO_MB)]),
+                    stdin=script("large_bar.sh"),
+                ),
+                # A replaced VM starts without the args: set them again on the new one.
+                opts=pulumi.ResourceOptions(parent=self, provider=host_command, depends_on=[vm], replace_with=[vm]),
+            )
+            # large_bar.sh restarts a running VM: the address is only worth connecting to after that.
+            address = pulumi.Output.all(address, restart.stdout).apply(lambda values: str(values[0]))
+        self.vm = vm
+        self.vm_id = vm.vm_id
+        self.node_name = pulumi.Output.from_input(worker.name)
+        self.ip_address = address
+        self.register_outputs({"vmId": self.vm_id, "ipAddress": self.ip_address, "nodeName": self.node_name})
+
+
+def _first_address(addresses: Sequence[Sequence[str]] | None) -> str:
+    """The first non-loopback IPv4 address the guest agent reports (per interface lists)."""
+    for iface in addresses or []:
+        for address in iface:
+            if not address.startswith("127."):
+                return address
+    return ""

@@ -1,0 +1,101 @@
+"""What a ``pulumi up`` of a spec may disrupt: which Proxmox nodes it may reboot and under which condition, and
+what happens to a worker's Kubernetes node before its VM is replaced or removed. Pure.
+
+The offline plan prints this (and ``--json`` carries it) so a reviewer sees it before anything runs; the steps
+themselves check the conditions again when they run (host_prep.sh, retire_vm.sh).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxmox_gpu_cluster.core.spec import ClusterSpec, ProxmoxNode
+from proxmox_gpu_cluster.render.host_scripts import kernel_args
+
+
+@dataclass(frozen=True)
+class HostReboot:
+    """Whether a run may reboot one Proxmox node."""
+
+    node: str
+    may_reboot: str
+    """``no`` (no host prep, or rebootPolicy never), ``when-idle`` or ``yes`` (rebootPolicy always)."""
+    reason: str
+    """The one condition under which host prep reboots: the running kernel lacks one of these arguments."""
+    workers: tuple[str, ...]
+    """This stack's worker VMs on the node: with ``yes`` a reboot takes them down too."""
+
+    @property
+    def text(self) -> str:
+        """One line for the plan."""
+        if self.may_reboot == "no":
+            if self.reason:
+                return (
+                    f"{self.node}: never rebooted by this stack (rebootPolicy never): if its kernel lacks "
+                    f"{self.reason}, host prep reports 'reboot: required' and host verify waits for you to reboot it"
+                )
+            return f"{self.node}: no host prep; never changed or rebooted by this stack"
+        condition = f"only if its running kernel lacks {self.reason}"
+        if self.may_reboot == "when-idle":
+            return (
+                f"{self.node}: may reboot {condition}, and only when no VM or container runs on it (rebootPolicy "
+                "when-idle: otherwise the step fails and names them)"
+            )
+        down = f"; this stack's VMs there go down with it: {', '.join(self.workers)}" if self.workers else ""
+        return f"{self.node}: may reboot {condition}, even with guests running (rebootPolicy always){down}"
+
+
+def host_reboot(spec: ClusterSpec, node: ProxmoxNode) -> HostReboot:
+    """The reboot decision host prep may take on ``node``."""
+    workers = tuple(w.name for w in spec.workers if w.node == node.name)
+    if not node.host_prep or not node.passthrough_gpus:
+        return HostReboot(node.name, "no", "", workers)
+    may = {"never": "no", "when-idle": "when-idle", "always": "yes"}[node.reboot_policy]
+    return HostReboot(node.name, may, " ".join(kernel_args(node)), workers)
+
+
+def disruption(spec: ClusterSpec) -> dict[str, object]:
+    """The disruption report of ``spec`` as plain data (what ``--json`` prints)."""
+    drain = spec.kubernetes.drain
+    hosts = [host_reboot(spec, n) for n in spec.proxmox.nodes]
+    reset = ["kubeadm reset"] if spec.kubernetes.join_method == "kubeadm" else []
+    return {
+        "hosts": {
+            r.node: {"mayReboot": r.may_reboot, "onlyIfKernelLacks": r.reason, "workers": list(r.workers)}
+            for r in hosts
+        },
+        "workerRemoval": {
+            "order": ["cordon", "drain", *reset, "delete Node", "destroy VM"],
+            "drainTimeoutSeconds": drain.timeout_seconds,
+            "protected": [w.name for w in spec.workers if w.protect],
+        },
+        "vmRestarts": "never by the provider: changes that need one stay pending until the VM is restarted",
+        "driverChangeReboots": spec.gpu_operator.driver_mode == "host"
+        and any(w.workload == "container" for w in spec.workers),
+    }
+
+
+def disruption_lines(spec: ClusterSpec) -> list[str]:
+    """The plan's disruption section, one line per item."""
+    lines = [f"Proxmox node {host_reboot(spec, n).text}" for n in spec.proxmox.nodes]
+    drain = spec.kubernetes.drain
+    reset = ", reset (kubeadm reset)" if spec.kubernetes.join_method == "kubeadm" else ""
+    lines.append(
+        f"Worker VMs ({len(spec.workers)}): replaced delete-first; before a VM is replaced or removed its node is "
+        f"cordoned, drained (at most {drain.timeout_seconds} s, PodDisruptionBudgets respected){reset} and deleted "
+        "from Kubernetes"
+    )
+    protected = [w.name for w in spec.workers if w.protect]
+    if protected:
+        lines.append(f"Protected from replacement and removal: {', '.join(protected)}")
+    lines.append(
+        "VM settings that need a restart (cores, memory, GPUs, cloud-init) stay pending until you drain and restart "
+        "the VM: the provider never restarts a worker"
+    )
+    if spec.gpu_operator.driver_mode == "host" and any(w.workload == "container" for w in spec.workers):
+        lines.append(
+            "Guest reboots: a new driver build or branch is installed on every worker at once, and a guest whose old "
+            "module is loaded reboots without a drain; change gpuOperator.driverBranch/driverVersion in a "
+            "maintenance window (driver changes do not roll node by node yet)"
+        )
+    return lines

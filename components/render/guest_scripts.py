@@ -1,0 +1,113 @@
+"""Scripts, arguments and stdin of the guest bootstrap steps in ``components/scripts/guest_*.sh``. Pure.
+
+Each step travels on stdin as ``guest_lib.sh`` + the step's script and runs as ``bash -s -- <quoted args>``
+(through ``sudo -n`` unless the SSH user is root). Arguments come from the validated ``GuestBootstrapSpec``,
+whose patterns leave nothing a shell could interpret, and the scripts check them again.
+
+Secrets never become arguments: ``secret_stdin`` puts them at the top of the step's stdin as shell
+assignments, which bash neither echoes nor exports.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
+from proxmox_gpu_cluster.core.spec import DrainSpec
+from proxmox_gpu_cluster.render.host_scripts import script
+
+STEPS = ("cloud-init", "driver", "runtime", "join", "verify")
+"""The bootstrap steps in the order they run."""
+JOIN_TOKEN_VAR = "PGC_JOIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
+CA_CERT_HASH_VAR = "PGC_CA_CERT_HASH"
+KUBECONFIG_VAR = "PGC_KUBECONFIG"
+GUEST_SCRIPT_VAR = "PGC_GUEST_SCRIPT"
+
+
+def step_script(step: str) -> str:
+    """What the guest runs for ``step``: the shared helpers followed by the step's script."""
+    if step not in STEPS:
+        raise ValueError(f"unknown bootstrap step {step!r}; steps: {', '.join(STEPS)}")
+    return script("guest_lib.sh") + "\n" + script(f"guest_{step.replace('-', '_')}.sh")
+
+
+def assignments(values: Mapping[str, str]) -> str:
+    """Shell assignments (``NAME='value'`` lines, quoted for bash) that bash neither echoes nor exports."""
+    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
+
+
+def secret_stdin(step: str, secrets: Mapping[str, str]) -> str:
+    """``step``'s stdin with ``secrets`` (variable -> value) assigned first, quoted for bash."""
+    return assignments(secrets) + step_script(step)
+
+
+def drain_script() -> str:
+    """What a guest runs to retire its node: the shared helpers followed by ``guest_drain.sh``."""
+    return script("guest_lib.sh") + "\n" + script("guest_drain.sh")
+
+
+def drain_args(node_name: str, api_endpoint: str, drain: DrainSpec, kubeadm_reset: bool) -> list[str]:
+    """guest_drain.sh arguments (the kubeconfig is never one: see ``retire_stdin``). ``api_endpoint``: the address
+    the node joined through, which kubectl in the guest uses instead of the kubeconfig's server."""
+    args = ["--node-name", node_name, "--api-endpoint", api_endpoint, "--timeout", str(drain.timeout_seconds)]
+    args += ["--delete-emptydir-data", _flag(drain.delete_emptydir_data), "--force", _flag(drain.force)]
+    return [*args, "--kubeadm-reset", _flag(kubeadm_reset)]
+
+
+def retire_stdin(kubeconfig: str) -> str:
+    """Stdin of ``retire_vm.sh`` on a Proxmox node: the kubeconfig and the guest's script as shell assignments, then
+    the host script. Call it inside a secret Output: the result holds the admin credential."""
+    return assignments({KUBECONFIG_VAR: kubeconfig, GUEST_SCRIPT_VAR: drain_script()}) + script("retire_vm.sh")
+
+
+def driver_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_driver.sh arguments (the pins live here, so a version bump is an update of this step)."""
+    args = ["--mode", b.driver_mode, "--branch", b.driver_branch, "--flavor", b.driver_flavor]
+    args += ["--modules", b.kernel_modules]
+    if b.driver_version is not None:
+        args += ["--version", b.driver_version]
+    for arg in b.kernel_args:
+        args += ["--kernel-arg", arg]
+    if b.driver_mode == "vfio":
+        for vendor_device in sorted({g.vendor_device for g in b.gpus}):
+            args += ["--vfio-id", vendor_device]
+    return args
+
+
+def runtime_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_runtime.sh arguments."""
+    args = ["--toolkit", _flag(b.toolkit)]
+    if b.toolkit:
+        args += ["--toolkit-version", b.toolkit_version, "--default-runtime", _flag(b.default_runtime)]
+        args += ["--cdi", _flag(b.cdi)]
+    return args
+
+
+def join_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_join.sh arguments (no secrets: those go through ``secret_stdin``)."""
+    return ["--node-name", b.node_name, "--api-endpoint", b.api_endpoint, "--minor", str(b.kubernetes_minor)]
+
+
+def verify_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_verify.sh arguments: every GPU expected, and what the host driver and toolkit must show."""
+    args: list[str] = []
+    for gpu in b.gpus:
+        args += ["--gpu", f"{gpu.vendor_device}={gpu.product}"]
+    host = b.driver_mode == "host"
+    args += ["--nvidia-smi", _flag(host)]
+    if host:
+        args += ["--driver", b.driver_version or b.driver_branch]
+    args += ["--containerd-nvidia", _flag(b.toolkit)]
+    # Only when set, so container workers' verify command (and so their plan) is what it was before KubeVirt.
+    if b.driver_mode == "vfio":
+        args += ["--vfio", "1"]
+    if b.kvm:
+        args += ["--kvm", "1"]
+    for arg in b.kernel_args:
+        args += ["--kernel-arg", arg]
+    return args
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"

@@ -1,0 +1,73 @@
+"""Command lines, arguments and output parsing for the Proxmox host scripts in ``components/scripts``. Pure.
+
+Scripts travel on stdin (``bash -s -- <args>``) so nothing has to be copied to the host first; every argument
+is shell-quoted, and every spec value that reaches one is already constrained by the spec's patterns, so a
+spec string is only ever data to the script.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from importlib import resources
+
+from proxmox_gpu_cluster.core.spec import ProxmoxNode
+
+VERIFY_LINE = re.compile(r"^group (\S+) (\d+)$")
+REBOOT_SCHEDULED = "reboot: scheduled"
+"""What host_prep.sh and guest_driver.sh print when they scheduled a reboot (wait_for_reboot.py looks for it)."""
+REBOOT_REQUIRED = "reboot: required"
+"""What host_prep.sh prints when the node needs a reboot that its ``rebootPolicy: never`` leaves to the operator."""
+
+
+def script(name: str) -> str:
+    """The text of a shipped script."""
+    return resources.files("proxmox_gpu_cluster").joinpath("scripts", name).read_text()
+
+
+def remote_command(user: str, args: list[str]) -> str:
+    """``bash -s -- <quoted args>``, through passwordless sudo unless the SSH user is root."""
+    sudo = "" if user == "root" else "sudo -n "
+    return f"{sudo}bash -s -- {shlex.join(args)}"
+
+
+def kernel_args(node: ProxmoxNode) -> list[str]:
+    """The kernel arguments host prep configures on ``node``."""
+    args = [f"{node.cpu_vendor}_iommu=on", "iommu=pt"]
+    if node.acs_override:
+        args.append("pcie_acs_override=downstream,multifunction")
+    return args
+
+
+def prep_args(node: ProxmoxNode) -> list[str]:
+    """Arguments of host_prep.sh: from the node's own description only (its declared GPUs, kernel options, reboot
+    policy), never from which workers claim its GPUs, so adding or removing a worker never changes host prep."""
+    args = ["--cpu-vendor", node.cpu_vendor, "--boot-loader", node.boot_loader]
+    args += ["--acs-override", "1" if node.acs_override else "0", "--reboot-policy", node.reboot_policy]
+    for _, gpu in node.passthrough_gpus:
+        args += ["--gpu", f"{gpu.pci_path}={gpu.vendor_device}"]
+    return args
+
+
+def verify_args(node: ProxmoxNode) -> list[str]:
+    """Arguments of host_verify.sh, from the node's own description only (see ``prep_args``)."""
+    args: list[str] = []
+    for arg in kernel_args(node):
+        args += ["--kernel-arg", arg]
+    for _, gpu in node.passthrough_gpus:
+        args += ["--gpu", gpu.pci_path]
+    if node.nested_virtualization:
+        args += ["--nested", "1"]  # KubeVirt worker VMs on this node run VMs themselves
+    return args
+
+
+def retire_args(vmid: int, node_name: str, timeout: int, guest_args: list[str], *, check: bool) -> list[str]:
+    """Arguments of retire_vm.sh: which VM, the node it joined as, the drain timeout, then the guest's arguments.
+    ``check``: only prove that the guest agent answers (the create step)."""
+    args = ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout)]
+    return [*args, "--check", "1" if check else "0", "--", *guest_args]
+
+
+def parse_groups(stdout: str) -> dict[str, int]:
+    """PCI path -> IOMMU group from host_verify.sh's output."""
+    return {m[1]: int(m[2]) for line in stdout.splitlines() if (m := VERIFY_LINE.match(line.strip()))}

@@ -1,0 +1,137 @@
+"""Helm values of the GPU Operator chart as a pure, typed function of the spec. Pure.
+
+Every path emitted here exists in the pinned chart's values.yaml or, for options the chart leaves commented
+out, in the ClusterPolicy CRD's spec schema; ``tests/components/test_operator_values.py`` walks every variant
+against ``../shared/reference/gpu-operator/<tag>/`` because Helm silently ignores a mistyped key. Keys the chart
+no longer renders are never emitted: ``operator.defaultRuntime`` (gone from the template since early 2025) and
+``driver.useOpenKernelModules`` (superseded by ``driver.kernelModuleType``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from proxmox_gpu_cluster.core.inventory import vm_nodes
+from proxmox_gpu_cluster.core.spec import ClusterSpec
+
+DRA_NODE_LABEL = "nvidia.com/dra-kubelet-plugin"
+"""Node label the DRA kubelet plugin selects, and the driver manager's pod-eviction label."""
+
+
+def uses_mig(spec: ClusterSpec) -> bool:
+    """Whether any container worker shares its GPUs with MIG."""
+    return any(w.sharing == "mig" and w.workload == "container" for w in spec.workers)
+
+
+def uses_dra(spec: ClusterSpec) -> bool:
+    """Whether any container worker hands its GPUs to the DRA driver."""
+    return any(w.dra and w.workload == "container" for w in spec.workers)
+
+
+def sandbox_workloads(spec: ClusterSpec) -> set[str]:
+    """The KubeVirt workload types (``vm-passthrough``, ``vm-vgpu``) some worker or bare-metal node runs."""
+    return {n.workload for n in vm_nodes(spec)}
+
+
+def default_vgpu_config(spec: ClusterSpec) -> str:
+    """The vGPU device config for vm-vgpu nodes without ``nvidia.com/vgpu.config``: the commonest type in use.
+
+    The operator's built-in vGPU device config names one config per vGPU type (``A10-24Q``), so a type is a
+    config name; every node the stack labels gets its own type anyway."""
+    types = Counter(n.vgpu_type for n in vm_nodes(spec) if n.workload == "vm-vgpu" and n.vgpu_type)
+    return min(types, key=lambda t: (-types[t], t)) if types else "default"
+
+
+def operator_values(
+    spec: ClusterSpec,
+    *,
+    device_plugin_config: str | None = None,
+    device_plugin_default: str | None = None,
+    mig_config: str | None = None,
+    dcgm_metrics_config: str | None = None,
+) -> dict[str, Any]:
+    """Values for ``gpu-operator`` at ``spec.gpu_operator.chart_version``.
+
+    The ConfigMap names come from the sharing and monitoring components (content-addressed), so a content
+    change changes these values and rolls the affected daemonsets.
+    """
+    op = spec.gpu_operator
+    host_driver = op.driver_mode == "host"
+    values: dict[str, Any] = {
+        "nfd": {"enabled": op.nfd},
+        # With the driver and toolkit installed on the host, CDI stays off by default: the host toolkit's
+        # runtime configuration does not generate CDI specs unless asked (nvidia-ctk cdi generate), and a
+        # stale spec after a MIG change breaks pod starts. Turn it on in the spec when the host generates them.
+        "cdi": {"enabled": op.cdi},
+        "mig": {"strategy": op.mig_strategy},
+        "driver": {"enabled": not host_driver},
+        "toolkit": {"enabled": not host_driver},
+        "dcgmExporter": {"enabled": op.dcgm},
+        "migManager": {"enabled": uses_mig(spec)},
+    }
+    if not host_driver:
+        values["driver"]["kernelModuleType"] = op.kernel_module_type
+        if op.driver_version is not None:
+            values["driver"]["version"] = op.driver_version
+    if device_plugin_config is not None:
+        values["devicePlugin"] = {
+            "config": {"name": device_plugin_config, "default": device_plugin_default or "", "create": False}
+        }
+    if mig_config is not None and uses_mig(spec):
+        values["migManager"]["config"] = {"name": mig_config, "create": False, "default": "all-disabled"}
+    if op.dcgm:
+        # Always explicit: the chart's default flipped from false (v25.10.1) to true (v26.7.0), and with
+        # monitoring.prometheus the GpuMonitoring component owns the ServiceMonitor; two would scrape twice.
+        values["dcgmExporter"]["serviceMonitor"] = {"enabled": False}
+        if dcgm_metrics_config is not None:
+            values["dcgmExporter"]["config"] = {"name": dcgm_metrics_config}
+    sandbox = sandbox_workloads(spec)
+    if sandbox:
+        # Nodes choose their operands by the nvidia.com/gpu.workload.config label (every worker gets one);
+        # unlabelled nodes stay container nodes. vfio-manager binds passthrough GPUs to vfio-pci, the sandbox
+        # device plugin advertises them (and vGPUs) to KubeVirt, vgpu-device-manager creates the vGPU types.
+        values["sandboxWorkloads"] = {"enabled": True, "defaultWorkload": "container"}
+        values["vfioManager"] = {"enabled": "vm-passthrough" in sandbox}
+        values["sandboxDevicePlugin"] = {"enabled": True}
+        values["vgpuDeviceManager"] = {"enabled": "vm-vgpu" in sandbox}
+        manager = spec.kubevirt.vgpu_manager
+        if manager is not None:  # validation: set exactly when some node runs vm-vgpu
+            # The vGPU Manager (host driver) image is private: NVIDIA licenses it and users build and push it.
+            values["vgpuManager"] = {
+                "enabled": True,
+                "repository": manager.repository,
+                "image": manager.image,
+                "version": manager.version,
+                "imagePullSecrets": [manager.pull_secret],
+            }
+            # name "" keeps the operator's built-in config, which has one entry per vGPU type.
+            values["vgpuDeviceManager"]["config"] = {"name": "", "default": default_vgpu_config(spec)}
+    if uses_dra(spec):
+        containers = [w for w in spec.workers if w.workload == "container"]
+        if all(w.dra for w in containers):
+            # No node needs the device plugin (NVIDIA's documented DRA install); mixed clusters switch it off
+            # per node with the nvidia.com/gpu.deploy.device-plugin=false label instead.
+            values["devicePlugin"] = {**values.get("devicePlugin", {}), "enabled": False}
+        if not host_driver:
+            # Let the driver manager evict DRA-driver pods (not only device-plugin pods) on driver upgrades.
+            eviction = {"name": "NODE_LABEL_FOR_GPU_POD_EVICTION", "value": DRA_NODE_LABEL}
+            values["driver"]["manager"] = {"env": [eviction]}
+    return values
+
+
+def dra_values(spec: ClusterSpec) -> dict[str, Any]:
+    """Values for the ``nvidia-dra-driver-gpu`` chart (tests check every key against the chart's values.yaml)."""
+    return {
+        # Where the driver's files are: the host's root for a host-installed driver, the driver container's
+        # mount otherwise (values.yaml of nvidia-dra-driver-gpu).
+        "nvidiaDriverRoot": "/" if spec.gpu_operator.driver_mode == "host" else "/run/nvidia/driver",
+        # GPU allocation through DRA is gated behind this override in the 25.x charts.
+        "gpuResourcesEnabledOverride": True,
+        # ComputeDomains serve multi-node NVLink (GB200 NVL); a Proxmox passthrough worker has none.
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+        "kubeletPlugin": {
+            "nodeSelector": {DRA_NODE_LABEL: "true"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }

@@ -1,0 +1,1 @@
+"""Scripts that run on Proxmox nodes and guests, shipped as package data and read with importlib.resources."""
