@@ -34,13 +34,16 @@ def _pci(address: str, vendor: str, device: str, pci_class: str, group: int, nam
     }  # fmt: skip
 
 
-def pci_invokes(spec: ClusterSpec, devices: Mapping[str, list[dict[str, Any]]] | None = None) -> dict[str, InvokeHook]:
+def pci_invokes(
+    spec: ClusterSpec | None, devices: Mapping[str, list[dict[str, Any]]] | None = None
+) -> dict[str, InvokeHook]:
     """Invoke mocks answering ``get_pci`` per node from ``devices`` (node -> device list), else with a host
-    shaped like the spec (``spec_shaped_pci``)."""
+    shaped like the spec (``spec_shaped_pci``; no devices without a spec)."""
     given = dict(devices or {})
 
     def get_pci(args: Mapping[str, Any]) -> dict[str, Any]:
         node = str(args.get("nodeName"))
-        return {"nodeName": node, "devices": given.get(node) or spec_shaped_pci(spec, node)}
+        shaped = spec_shaped_pci(spec, node) if spec is not None else []
+        return {"nodeName": node, "devices": given.get(node) or shaped}
 
     return {GET_PCI: get_pci}

@@ -1,7 +1,10 @@
-"""Offline plan: run the real ``__main__`` program under Pulumi's mock engine and print what it would create.
+"""Offline plan: run a Pulumi program under Pulumi's mock engine and print what it would create.
 
 Like ``helm template`` or ``cdk synth``: no Pulumi CLI, no credentials, no network. Secrets get placeholder
-values and are shown as ``[secret]``.
+values and are shown as ``[secret]``. Any program works, ours or one that imports these components: the program is
+``__main__.py`` in the current directory (or ``--main``), the project name comes from the ``Pulumi.yaml`` beside
+it, and the stack file is ``Pulumi.<stack>.yaml`` there (or ``--config``). When the stack's config holds a cluster
+spec (``<namespace>:cluster``) it is validated first and the capacity table and disruption come from it.
 
     python -m proxmox_gpu_cluster.plan dev                 # resource tree + capacity table
     python -m proxmox_gpu_cluster.plan dev --json          # machine-readable plan
@@ -9,6 +12,7 @@ values and are shown as ``[secret]``.
     python -m proxmox_gpu_cluster.plan --config my.yaml x  # any stack file
     python -m proxmox_gpu_cluster.plan kubevirt --kubevirt-vms  # example VirtualMachines for the stack's GPU resources
     python -m proxmox_gpu_cluster.plan dev --pci pve1=pve1-pci.json  # preflight against a real host's PCI device list
+    python -m proxmox_gpu_cluster.plan dev --main ../my-program     # another program (a directory or its file)
 
 Exit codes: 0 planned, 2 invalid spec or config (one line per problem on stderr), 1 anything else.
 """
@@ -21,7 +25,7 @@ import re
 import runpy
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +46,38 @@ from proxmox_gpu_cluster.stacks.plan_inputs import InputError, read_inputs
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMocks, redact, run
 from proxmox_gpu_cluster.testing_pci import pci_invokes
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+@dataclass(frozen=True)
+class Program:
+    """A Pulumi program to plan: its entry file and project name."""
+
+    main: Path
+    project: str
+
+    @property
+    def directory(self) -> Path:
+        """The project directory (where Pulumi.yaml and the stack files are)."""
+        return self.main.parent
 
 
-def stack_config(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def find_program(main: Path | None) -> Program:
+    """The program at ``main`` (a file, or a directory holding ``__main__.py``; default: the current directory)
+    and the project name from the ``Pulumi.yaml`` beside it; InputError when either is missing."""
+    path = (main or Path.cwd()).resolve()
+    entry = path / "__main__.py" if path.is_dir() else path
+    if not entry.is_file():
+        raise InputError(f"{entry}: no Pulumi program here (pass --main PATH)")
+    project_file = entry.parent / "Pulumi.yaml"
+    try:
+        project = yaml.safe_load(project_file.read_text()).get("name")
+    except (OSError, yaml.YAMLError, AttributeError):
+        project = None
+    if not isinstance(project, str) or not project:
+        raise InputError(f"{project_file}: no project name (a Pulumi.yaml with `name:` must sit beside the program)")
+    return Program(main=entry, project=project)
+
+
+def stack_config(document: Mapping[str, Any], project: str = PROJECT) -> tuple[dict[str, Any], list[str]]:
     """Config map and secret keys for the mock engine from a parsed stack file.
 
     Encrypted values (``secure:``) cannot be decrypted offline; they and every secret key the stack file does
@@ -54,14 +86,14 @@ def stack_config(document: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
     config: dict[str, Any] = {}
     secret_keys: list[str] = []
     for key, value in (document.get("config") or {}).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
+        full = key if ":" in key else f"{project}:{key}"
         if isinstance(value, Mapping) and set(value) == {"secure"}:
             config[full] = f"plan-placeholder-{full.split(':', 1)[1]}"
             secret_keys.append(full)
         else:
             config[full] = value
     for secret in ALL_SECRETS:
-        full = f"{PROJECT}:{secret.key}"
+        full = f"{project}:{secret.key}"
         if full not in config:
             config[full] = f"plan-placeholder-{secret.key}"
             secret_keys.append(full)
@@ -110,11 +142,15 @@ def resource_entry(r: RecordedResource) -> dict[str, Any]:
 
 
 def plan_document(
-    stack: str, recording: Recording, capacity: Sequence[WorkerCapacity], spec: ClusterSpec | None = None
+    stack: str,
+    recording: Recording,
+    capacity: Sequence[WorkerCapacity],
+    spec: ClusterSpec | None = None,
+    project: str = PROJECT,
 ) -> dict[str, Any]:
     """The whole plan as plain data (what ``--json`` prints); with ``spec``, also what it may disrupt."""
     document: dict[str, Any] = {
-        "project": PROJECT,
+        "project": project,
         "stack": stack,
         "resources": [resource_entry(r) for _, r in tree_order(recording)],
         "outputs": redact(recording.outputs),
@@ -197,22 +233,40 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _represent_str)
 
 
+def cluster_spec(document: Mapping[str, Any], namespace: str) -> ClusterSpec | None:
+    """The validated cluster spec of a stack file, or None for a program whose config holds none."""
+    raw = raw_spec_from_stack_file(document, namespace)
+    return None if raw is None else parse_spec(raw, namespace)
+
+
 def plan(
-    stack: str, document: Mapping[str, Any], main: Path, pci: Mapping[str, list[dict[str, Any]]] | None = None
+    stack: str,
+    document: Mapping[str, Any],
+    main: Path,
+    pci: Mapping[str, list[dict[str, Any]]] | None = None,
+    *,
+    project: str = PROJECT,
+    namespace: str | None = None,
 ) -> tuple[Recording, list[WorkerCapacity]]:
-    """Validate, then run ``main`` under mocks; ``get_pci`` answers from ``pci`` (node -> device list) where
-    given, else like the spec's hosts. InvalidStackConfig and IommuPreflightError propagate."""
-    spec = parse_spec(raw_spec_from_stack_file(document))
-    config, secret_keys = stack_config(document)
-    recording = run(
-        lambda: runpy.run_path(str(main), run_name="__main__"),
-        project=PROJECT,
-        stack=stack,
-        config=config,
-        secret_keys=secret_keys,
-        mocks=RecordingMocks(invokes=pci_invokes(spec, pci)),
-    )
-    return recording, capacity_table(spec)
+    """Validate the cluster spec (if the config has one under ``namespace``, default the project), then run
+    ``main`` under mocks; ``get_pci`` answers from ``pci`` (node -> device list) where given, else like the
+    spec's hosts. InvalidStackConfig and IommuPreflightError propagate."""
+    spec = cluster_spec(document, namespace or project)
+    config, secret_keys = stack_config(document, namespace or project)
+    # The program's own directory comes first on sys.path, as under `pulumi up`.
+    sys.path.insert(0, str(main.parent))
+    try:
+        recording = run(
+            lambda: runpy.run_path(str(main), run_name="__main__"),
+            project=project,
+            stack=stack,
+            config=config,
+            secret_keys=secret_keys,
+            mocks=RecordingMocks(invokes=pci_invokes(spec, pci)),
+        )
+    finally:
+        sys.path.remove(str(main.parent))
+    return recording, capacity_table(spec) if spec is not None else []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -235,27 +289,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="print example KubeVirt VirtualMachines requesting each GPU resource the stack permits, and exit",
     )
-    parser.add_argument("--main", type=Path, default=PROJECT_DIR / "__main__.py", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--main",
+        type=Path,
+        help="the program: a directory with __main__.py and Pulumi.yaml, or the file itself "
+        "(default: the current directory)",
+    )
+    parser.add_argument("--namespace", help="config namespace of the cluster spec (default: the project name)")
     args = parser.parse_args(argv)
 
-    path: Path = args.config or PROJECT_DIR / f"Pulumi.{args.stack}.yaml"
     try:
+        program = find_program(args.main)
+        namespace = args.namespace or program.project
+        path: Path = args.config or program.directory / f"Pulumi.{args.stack}.yaml"
         document, pci = read_inputs(path, args.pci)
-        spec = parse_spec(raw_spec_from_stack_file(document))
-        unknown = sorted(set(pci) - {n.name for n in spec.proxmox.nodes})
+        spec = cluster_spec(document, namespace)
+        unknown = sorted(set(pci) - {n.name for n in (spec.proxmox.nodes if spec else ())})
         if unknown:
             raise InputError(f"--pci: no Proxmox node {', '.join(unknown)} in the spec")
         if args.kubevirt_vms:
-            print(example_manifests(spec), end="")
+            print(example_manifests(spec) if spec else "", end="")
             return 0
-        recording, capacity = plan(args.stack, document, args.main, pci)
+        recording, capacity = plan(
+            args.stack, document, program.main, pci, project=program.project, namespace=namespace
+        )
     except (InputError, InvalidStackConfig, IommuPreflightError) as err:
         print("\n".join(err.lines), file=sys.stderr)
         return 2
     if args.json:
         # Input key order comes from the mock engine's async serialization and differs between runs; sorting
         # makes the plan byte-identical across processes, so CI can diff it.
-        document = plan_document(args.stack, recording, capacity, spec)
+        document = plan_document(args.stack, recording, capacity, spec, program.project)
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
         print(render_text(args.stack, recording, capacity, spec), end="")

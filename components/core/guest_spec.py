@@ -114,22 +114,22 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
     if worker.workload == "vm-passthrough":
         mode = "vfio"
     return GuestBootstrapSpec(
-        nodeName=worker.name,
+        node_name=worker.name,
         gpus=tuple(
-            ExpectedGpu(vendorDevice=g.host.vendor_device, product=g.model.product) for g in worker_gpus(spec, worker)
+            ExpectedGpu(vendor_device=g.host.vendor_device, product=g.model.product) for g in worker_gpus(spec, worker)
         ),
-        driverMode=mode,
-        kernelArgs=VIOMMU_KERNEL_ARGS if kubevirt else (),
+        driver_mode=mode,
+        kernel_args=VIOMMU_KERNEL_ARGS if kubevirt else (),
         kvm=kubevirt,
-        driverBranch=op.driver_branch,
-        driverVersion=op.driver_version,
-        driverFlavor=guest.driver_flavor,
-        kernelModules=kernel_modules(op.kernel_module_type, op.driver_branch),
+        driver_branch=op.driver_branch,
+        driver_version=op.driver_version,
+        driver_flavor=guest.driver_flavor,
+        kernel_modules=kernel_modules(op.kernel_module_type, op.driver_branch),
         toolkit=host_driver,
-        toolkitVersion=guest.toolkit_version,
-        defaultRuntime=guest.default_runtime,
+        toolkit_version=guest.toolkit_version,
+        default_runtime=guest.default_runtime,
         cdi=host_driver and op.cdi,
-        joinMethod=spec.kubernetes.join_method,
-        apiEndpoint=spec.kubernetes.api_endpoint,
-        kubernetesMinor=spec.kubernetes.minor,
+        join_method=spec.kubernetes.join_method,
+        api_endpoint=spec.kubernetes.api_endpoint,
+        kubernetes_minor=spec.kubernetes.minor,
     )

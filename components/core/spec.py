@@ -348,6 +348,7 @@ def load_spec(data: Any, root: str = "cluster") -> ClusterSpec:
     if not isinstance(data, Mapping):
         raise SpecError([Problem("", f"expected a mapping, got {type(data).__name__}")], root)
     try:
-        return ClusterSpec.model_validate(data)
+        # Stack files are camelCase only: a snake_case key there is an unknown key, not a synonym.
+        return ClusterSpec.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as err:
         raise SpecError(problems_from_validation_error(err), root) from None

@@ -21,14 +21,14 @@ EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]
 
 
 class SpecModel(BaseModel):
-    """Base for every spec model: immutable, no unknown keys, camelCase keys only."""
+    """Base for every spec model: immutable, no unknown keys; camelCase keys in YAML, field names in Python."""
 
     model_config = ConfigDict(
         frozen=True,
         extra="forbid",
         alias_generator=to_camel,
         validate_by_alias=True,
-        validate_by_name=False,
+        validate_by_name=True,  # Python callers use field names; load_spec refuses them in YAML (by_name=False)
         serialize_by_alias=True,
         str_strip_whitespace=True,
     )

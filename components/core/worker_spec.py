@@ -132,7 +132,7 @@ class Worker(SpecModel):
     datastore: StorageId = Field(default="local-lvm", description="Datastore for the VM's disks.")
     image: Image = Field(
         default_factory=lambda: Image(
-            cloudImageUrl="https://cloud-images.ubuntu.com/jammy/current/jammy-server-cloudimg-amd64.img"
+            cloud_image_url="https://cloud-images.ubuntu.com/jammy/current/jammy-server-cloudimg-amd64.img"
         ),
         description="Boot disk source; defaults to the Ubuntu 22.04 cloud image.",
     )
