@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import TypeVar
 
 import pulumi
+
 from proxmox_gpu_cluster.core.names import StackScope
 
 T = TypeVar("T")

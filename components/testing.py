@@ -22,15 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-from proxmox_gpu_cluster.core.errors import SpecError
-from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.testing_pci import pci_invokes
 from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.settings import ROOT
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
+
+from proxmox_gpu_cluster.core.errors import SpecError
+from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.testing_pci import pci_invokes
 
 SECRET_SIG = rpc._special_sig_key  # "4dabf18193072939515e22adb298388d"
 SECRET_VALUE = rpc._special_secret_sig

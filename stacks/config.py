@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
+
 from proxmox_gpu_cluster.cluster.providers import Secrets
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec

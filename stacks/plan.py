@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_table
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.proxmox.pci_mapping import IommuPreflightError

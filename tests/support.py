@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from proxmox_gpu_cluster import GpuCluster, export
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.spec import load_spec

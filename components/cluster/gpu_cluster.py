@@ -6,11 +6,11 @@ from typing import Any
 
 import pulumi
 import pulumi_command as command
+
+from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers
 from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer, build_proxmox
-from proxmox_gpu_cluster.core.adapters import monitoring_targets
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_table, quota_warnings
-from proxmox_gpu_cluster.core.guest_spec import bootstrap_spec
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.gpu.dra_driver import DraDriver
 from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring
@@ -24,7 +24,6 @@ from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
 from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
 from proxmox_gpu_cluster.render.disruption import host_reboot
 from proxmox_gpu_cluster.render.kubevirt import permitted_host_devices
-from proxmox_gpu_cluster.render.operator_values import uses_dra
 
 
 def build_guests(
@@ -44,7 +43,7 @@ def build_guests(
             continue
         bootstraps[worker.name] = GuestBootstrap(
             f"{prefix}-{worker.name}-bootstrap",
-            bootstrap_spec(spec, worker),
+            adapters.bootstrap(spec, worker),
             provider=provider,
             host=vm.ip_address,
             user=worker.ssh_user,
@@ -165,18 +164,16 @@ class GpuCluster(pulumi.ComponentResource):
         op = spec.gpu_operator
         gpu_stack: list[pulumi.Resource] = []
         labels = None
-        tainted = any(w.taint for w in spec.workers) or any(n.taint for n in spec.kubevirt.nodes)
-        if op.enabled or uses_dra(spec) or tainted:
+        stack = adapters.gpu_stack(spec)
+        if op.enabled or stack.uses_dra or any(n.taint for n in stack.nodes):
             # Each node's labels wait for that node's bootstrap (joined and verified), not for the others, and are
             # applied again when it starts over on a new VM (which joins as a new Node object).
             labels = GpuNodeLabels(
                 f"{name}-gpu-nodes",
-                spec,
-                list(spec.workers),
+                stack,
                 provider=k8s,
                 node_ready={n: [b] for n, b in self.bootstraps.items()},
                 replace_with={n: [b.final_step] for n, b in self.bootstraps.items()},
-                kubevirt_nodes=spec.kubevirt.nodes,
                 opts=child,
             )
             gpu_stack.append(labels)
@@ -188,7 +185,7 @@ class GpuCluster(pulumi.ComponentResource):
         if op.enabled:
             self.operator = operator = GpuOperator(
                 f"{name}-gpu-operator",
-                spec,
+                stack,
                 provider=k8s,
                 vgpu_registry_password=secrets.vgpu_registry_password,
                 depends_on=gpu_stack,
@@ -196,7 +193,7 @@ class GpuCluster(pulumi.ComponentResource):
             )
             gpu_stack.append(operator)
             if op.monitoring.prometheus or op.monitoring.dashboard.enabled:
-                targets = monitoring_targets(spec)
+                targets = adapters.monitoring(spec)
                 GpuMonitoring(
                     f"{name}-gpu-monitoring",
                     op.monitoring,
@@ -210,16 +207,25 @@ class GpuCluster(pulumi.ComponentResource):
             if op.smoke_test.enabled:
                 GpuSmokeTest(
                     f"{name}-gpu-smoke-test",
-                    spec,
+                    op.smoke_test,
+                    resource=adapters.smoke_test_resource(spec) or "nvidia.com/gpu",  # validation: never None here
                     provider=k8s,
                     namespace=operator.namespace,
                     depends_on=[operator],
                     opts=child,
                 )
-        if uses_dra(spec):
+        if stack.uses_dra:
             # One creator per Namespace: with the operator's namespace, the DRA driver installs into it.
             shared = self.operator.namespace if self.operator and op.dra.namespace == op.namespace else None
-            DraDriver(f"{name}-dra-driver", spec, provider=k8s, namespace=shared, depends_on=gpu_stack, opts=child)
+            DraDriver(
+                f"{name}-dra-driver",
+                op.dra,
+                driver_mode=op.driver_mode,
+                provider=k8s,
+                namespace=shared,
+                depends_on=gpu_stack,
+                opts=child,
+            )
         if spec.kubevirt.enabled:
             warn_experimental(spec)
             if spec.kubevirt.patch_kubevirt:

@@ -12,6 +12,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 import pulumi_proxmoxve as proxmoxve
+
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_command as command
 import pulumi_proxmoxve as proxmoxve
+
 from proxmox_gpu_cluster.core.iommu import NodePreflight
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.outputs import item

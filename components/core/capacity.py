@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel, MigProfile
-from proxmox_gpu_cluster.core.inventory import worker_gpus
-from proxmox_gpu_cluster.core.spec import ClusterSpec, KubeVirtNode, Worker
+from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes, worker_node
+from proxmox_gpu_cluster.core.nodes import GpuNode
+from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
 
 GPU = "nvidia.com/gpu"
 DRA_GPU = "gpu.nvidia.com"
@@ -43,41 +44,45 @@ class WorkerCapacity:
     """DRA DeviceClass -> devices the node publishes (DRA nodes only)."""
 
 
-def worker_capacity(spec: ClusterSpec, worker: Worker) -> WorkerCapacity:
-    """The capacity row of one worker of a valid spec."""
-    gpus = worker_gpus(spec, worker)
+def node_capacity(node: GpuNode, mig_strategy: str) -> WorkerCapacity:
+    """The capacity row of one GPU node; ``mig_strategy`` is the operator's (single advertises MIG devices as
+    ``nvidia.com/gpu``)."""
     resources: Counter[str] = Counter()
     devices: Counter[str] = Counter()
-    if worker.dra and worker.workload == "container":
-        for g in gpus:
+    if node.dra and node.workload == "container":
+        for g in node.gpus:
             geometry = g.mig_geometry
             devices[DRA_MIG if geometry else DRA_GPU] += sum(geometry.values()) if geometry else 1
-    elif worker.workload != "container":
-        resources.update(vm_resources(worker.workload, [g.model for g in gpus], worker.vgpu_type))
+    elif node.workload != "container":
+        resources.update(vm_resources(node.workload, node.models, node.vgpu_type))
     else:
-        strategy = spec.gpu_operator.mig_strategy
-        for g in gpus:
+        for g in node.gpus:
             geometry = g.mig_geometry
             if not geometry:  # no MIG, or all-disabled: a whole GPU
                 resources[GPU] += 1
                 continue
             for profile, count in geometry.items():
                 suffix = MigProfile.suffix_of(profile)
-                resources[GPU if strategy == "single" else f"nvidia.com/mig-{suffix}"] += count
-        ts = worker.time_slicing
-        if ts is not None and worker.sharing in ("time-slicing", "mig"):
+                resources[GPU if mig_strategy == "single" else f"nvidia.com/mig-{suffix}"] += count
+        ts = node.time_slicing
+        if ts is not None and node.sharing in ("time-slicing", "mig"):
             suffix = ".shared" if ts.rename_by_default else ""
             resources = Counter({f"{name}{suffix}": n * ts.replicas for name, n in resources.items()})
-    models = Counter(g.model.key for g in gpus)
+    models = Counter(m.key for m in node.models)
     return WorkerCapacity(
-        worker=worker.name,
-        node=worker.node,
+        worker=node.name,
+        node=node.proxmox_node,
         gpus={k: models[k] for k in CATALOG if k in models},
-        workload=worker.workload,
-        sharing=worker.sharing,
+        workload=node.workload,
+        sharing=node.sharing,
         resources=dict(sorted(resources.items())),
         devices=dict(sorted(devices.items())),
     )
+
+
+def worker_capacity(spec: ClusterSpec, worker: Worker) -> WorkerCapacity:
+    """The capacity row of one worker of a valid spec."""
+    return node_capacity(worker_node(spec, worker), spec.gpu_operator.mig_strategy)
 
 
 def vgpu_resource(vgpu_type: str) -> str:
@@ -99,25 +104,12 @@ def vm_resources(workload: str, models: Sequence[GpuModel], vgpu_type: str | Non
 
 
 BARE_METAL = ""
-"""``WorkerCapacity.node`` of a KubeVirt node the stack does not provision (no Proxmox node)."""
-
-
-def kubevirt_node_capacity(node: KubeVirtNode) -> WorkerCapacity:
-    """The capacity row of an existing (bare-metal) KubeVirt node."""
-    models = [CATALOG[key] for key in node.model_keys]
-    return WorkerCapacity(
-        worker=node.name,
-        node=BARE_METAL,
-        gpus={k: node.gpus[k] for k in CATALOG if k in node.gpus},
-        workload=node.workload,
-        sharing="none",
-        resources=dict(sorted(vm_resources(node.workload, models, node.vgpu_type).items())),
-    )
+"""``WorkerCapacity.node`` of a node the stack does not provision (no Proxmox node)."""
 
 
 def capacity_table(spec: ClusterSpec) -> list[WorkerCapacity]:
     """A row per worker in spec order, then one per bare-metal KubeVirt node."""
-    return [worker_capacity(spec, w) for w in spec.workers] + [kubevirt_node_capacity(n) for n in spec.kubevirt.nodes]
+    return [node_capacity(n, spec.gpu_operator.mig_strategy) for n in gpu_nodes(spec)]
 
 
 def cluster_capacity(spec: ClusterSpec) -> dict[str, int]:

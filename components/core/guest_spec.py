@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from pydantic import Field, model_validator
+
 from proxmox_gpu_cluster.core.inventory import worker_gpus
 from proxmox_gpu_cluster.core.spec import MIN_KUBERNETES_MINOR, ClusterSpec, Worker
 from proxmox_gpu_cluster.core.spec_base import (
@@ -22,7 +24,6 @@ from proxmox_gpu_cluster.core.spec_base import (
     ToolkitVersion,
     on_branch,
 )
-from pydantic import Field, model_validator
 
 VIOMMU_KERNEL_ARGS = ("intel_iommu=on", "iommu=pt")
 """What turns on the Intel vIOMMU a KubeVirt worker VM gets (``components.worker_vm.machine_type``); pt keeps

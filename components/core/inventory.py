@@ -5,30 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
+from proxmox_gpu_cluster.core.nodes import NodeGpu
 from proxmox_gpu_cluster.core.spec import ClusterSpec, GpuAssignment, HostGpu, MigConfig, Worker
 
 
 @dataclass(frozen=True)
-class WorkerGpu:
-    """One GPU of a worker with everything known about it."""
+class WorkerGpu(NodeGpu):
+    """One GPU of a worker VM: a node GPU that is also a physical GPU of a Proxmox node."""
 
-    index: int
-    """Position in the worker's ``gpus`` list."""
     host: HostGpu
     """The physical GPU in the Proxmox node."""
-    model: GpuModel
-    """Its catalog entry."""
-    mig_config: MigConfig | None
-    """The MIG config that applies (the GPU's own, else the worker's); None unless sharing is mig."""
-
-    @property
-    def mig_geometry(self) -> dict[str, int] | None:
-        """Profile -> count for this GPU, or None when MIG is off or the config is unknown for the model."""
-        if self.mig_config is None:
-            return None
-        if isinstance(self.mig_config, dict):
-            return dict(self.mig_config)
-        return self.model.named_mig_configs().get(self.mig_config)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
+from pydantic import Field, model_validator
+
 from proxmox_gpu_cluster.core.dcgm_fields import (
     ALERT_FIELDS,
     DASHBOARD_FIELDS,
@@ -14,7 +16,6 @@ from proxmox_gpu_cluster.core.dcgm_fields import (
 )
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.spec_base import LINE_BREAKERS, Int, Name, SpecModel
-from pydantic import Field, model_validator
 
 LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field, model_validator
+
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.monitoring_spec import MonitoringSpec
 from proxmox_gpu_cluster.core.spec_base import DriverBranch, DriverVersion, Int, Name, SpecModel, on_branch
-from pydantic import Field, model_validator
 
 
 class SmokeTestSpec(SpecModel):

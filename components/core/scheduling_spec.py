@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from pydantic import Field, model_validator
+
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, LINE_BREAKERS, Int, Name, SpecModel
-from pydantic import Field, model_validator
 
 MAX_QUOTA = 1_000_000
 """Upper bound of a quota value (extended resources count devices, not bytes)."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
+from pydantic import AfterValidator, Field, ValidationError, model_validator
+
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.errors import Problem, SpecError, SpecViolations, problems_from_validation_error
 from proxmox_gpu_cluster.core.monitoring_spec import DcgmMetric, MonitoringSpec
@@ -38,7 +40,6 @@ from proxmox_gpu_cluster.core.spec_base import (
 )
 from proxmox_gpu_cluster.core.ssh_keys import check_public_key
 from proxmox_gpu_cluster.core.worker_spec import GpuAssignment, Image, Network, TimeSlicing, Worker
-from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 __all__ = [
     "ClusterSpec", "DcgmMetric", "DraSpec", "GpuAssignment", "GpuOperatorSpec", "GuestSpec", "HostGpu", "Image",

@@ -7,9 +7,10 @@ import re
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from proxmox_gpu_cluster.core.catalog import CATALOG
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 from pydantic.alias_generators import to_camel
+
+from proxmox_gpu_cluster.core.catalog import CATALOG
 
 LINE_BREAKERS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
 """A regex character-class body: C0 and C1 control characters, DEL, and the Unicode line and paragraph separators

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any, Literal
 
+from pydantic import AfterValidator, Field, model_validator
+
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.spec_base import (
     BridgeId,
@@ -20,7 +22,6 @@ from proxmox_gpu_cluster.core.spec_base import (
     check_ip_or_cidr,
     check_ipv4,
 )
-from pydantic import AfterValidator, Field, model_validator
 
 MAX_MEMORY_MIB = 4 * 1024 * 1024
 """4 TiB: far above any GPU worker, and a bound that keeps absurd values out of the Proxmox API."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as kubernetes
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+
+from proxmox_gpu_cluster.core.operator_spec import DraSpec
 from proxmox_gpu_cluster.helm import nvidia_release, privileged_namespace
 from proxmox_gpu_cluster.render.operator_values import dra_values
 
@@ -27,8 +29,9 @@ class DraDriver(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        spec: ClusterSpec,
+        dra: DraSpec,
         *,
+        driver_mode: Literal["host", "operator"],
         provider: kubernetes.Provider,
         namespace: pulumi.Input[str] | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
@@ -36,9 +39,9 @@ class DraDriver(pulumi.ComponentResource):
     ) -> None:
         """``namespace``: an existing namespace to install into (e.g. the operator's, when the spec names the same
         one: two components must never both create a Namespace); by default the component creates
-        ``gpuOperator.dra.namespace``."""
+        ``dra.namespace``. ``driver_mode``: where the NVIDIA driver is (``host``: installed on the nodes,
+        ``operator``: the operator's driver container)."""
         super().__init__("proxmox-gpu-cluster:dra_driver:DraDriver", name, None, opts)
-        dra = spec.gpu_operator.dra
         if namespace is None:
             # The kubelet plugin is a privileged host daemon.
             ns = privileged_namespace(
@@ -50,7 +53,7 @@ class DraDriver(pulumi.ComponentResource):
             chart="nvidia-dra-driver-gpu",
             version=dra.chart_version,
             namespace=namespace,
-            values=dra_values(spec),
+            values=dra_values(driver_mode),
             timeout=600,
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
         )

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_kubernetes as kubernetes
+
 from proxmox_gpu_cluster.core.monitoring_spec import MonitoringSpec
 from proxmox_gpu_cluster.render.alerts import prometheus_rule_spec
 from proxmox_gpu_cluster.render.dashboard import CONFIGMAP_NAME, dashboard_config_map

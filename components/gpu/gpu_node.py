@@ -6,18 +6,19 @@ from collections.abc import Mapping, Sequence
 
 import pulumi
 import pulumi_kubernetes as kubernetes
-from proxmox_gpu_cluster.core.spec import ClusterSpec, KubeVirtNode, Worker
-from proxmox_gpu_cluster.render.sharing import device_plugin_config, kubevirt_node_labels, mig_config, node_labels
+
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
+from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 
 
 class GpuNodeLabels(pulumi.ComponentResource):
-    """A NodePatch per GPU worker with the operator's config labels and the optional GPU taint.
+    """A NodePatch per GPU node of a ``GpuStack`` with the operator's config labels and the optional GPU taint.
 
-    Works for any existing node by name: ``workers`` are matched by their node name, and ``kubevirt_nodes`` are
-    existing (bare-metal) KubeVirt nodes. For VM workers, pass each node's ``GuestBootstrap`` in ``node_ready``
-    (worker name -> resources): that node's patch waits for it, other nodes do not. ``replace_with`` (worker name ->
-    resources) makes a node's patch start over when they are replaced: a replaced VM joins as a new Node object,
-    which needs its labels and taint again (pass the bootstrap's ``final_step``).
+    Works for any existing node by name (bare metal, or VMs provisioned elsewhere). For VMs this stack boots, pass
+    each node's ``GuestBootstrap`` in ``node_ready`` (node name -> resources): that node's patch waits for it,
+    other nodes do not. ``replace_with`` (node name -> resources) makes a node's patch start over when they are
+    replaced: a replaced VM joins as a new Node object, which needs its labels and taint again (pass the
+    bootstrap's ``final_step``).
     """
 
     nodes: pulumi.Output[list[str]]
@@ -30,20 +31,20 @@ class GpuNodeLabels(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        spec: ClusterSpec,
-        workers: list[Worker],
+        stack: GpuStack,
         *,
         provider: kubernetes.Provider,
         node_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None,
         replace_with: Mapping[str, Sequence[pulumi.Resource]] | None = None,
-        kubevirt_nodes: Sequence[KubeVirtNode] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("proxmox-gpu-cluster:gpu_node:GpuNodeLabels", name, None, opts)
+        problems = stack.problems()
+        if problems:
+            raise InvalidComponentArgs(name, problems)
         names: list[str] = []
         applied: dict[str, dict[str, str]] = {}
         self.patches = {}
-        dp, mig = device_plugin_config(spec), mig_config(spec)
 
         def patch(node: str, labels: dict[str, str], taint: bool, ready: Sequence[pulumi.Resource]) -> None:
             taints = (
@@ -73,11 +74,8 @@ class GpuNodeLabels(pulumi.ComponentResource):
             names.append(node)
             applied[node] = labels
 
-        for worker in workers:
-            labels = node_labels(spec, worker, dp, mig)
-            patch(worker.name, labels, worker.taint, (node_ready or {}).get(worker.name, ()))
-        for bare in kubevirt_nodes:
-            patch(bare.name, kubevirt_node_labels(bare), bare.taint, ())
+        for node in stack.nodes:
+            patch(node.name, stack.labels[node.name], node.taint, (node_ready or {}).get(node.name, ()))
         self.nodes = pulumi.Output.from_input(names)
         self.labels = pulumi.Output.from_input(applied)
         self.register_outputs({"nodes": self.nodes, "labels": self.labels})

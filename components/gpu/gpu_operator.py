@@ -6,16 +6,17 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_kubernetes as kubernetes
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+
+from proxmox_gpu_cluster.core.errors import Problem
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.helm import nvidia_release, privileged_namespace
 from proxmox_gpu_cluster.render.dcgm import metrics_config_data, metrics_config_name
+from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 from proxmox_gpu_cluster.render.kubevirt import docker_config_json
-from proxmox_gpu_cluster.render.operator_values import operator_values
-from proxmox_gpu_cluster.render.sharing import device_plugin_config, mig_config
 
 
 class GpuOperator(pulumi.ComponentResource):
-    """Installs the NVIDIA GPU Operator configured from the spec.
+    """Installs the NVIDIA GPU Operator for the nodes of a ``GpuStack``, with its sharing ConfigMaps.
 
     A ``helm.v3.Release`` rather than ``helm.v4.Chart``: the chart upgrades its CRDs from a pre-upgrade Helm
     hook (``operator.upgradeCRD``), and only a real Helm release runs hooks.
@@ -35,25 +36,29 @@ class GpuOperator(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        spec: ClusterSpec,
+        stack: GpuStack,
         *,
         provider: kubernetes.Provider,
         vgpu_registry_password: pulumi.Input[str] | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """``vgpu_registry_password``: password of ``kubevirt.vgpuManager``'s registry, required when the spec
-        has one (it becomes the image pull secret; it stays a Pulumi secret)."""
+        """``stack``: the operator settings and the nodes it serves (the same object ``GpuNodeLabels`` takes).
+        ``vgpu_registry_password``: password of the vGPU Manager's registry, required when the stack has one (it
+        becomes the image pull secret; it stays a Pulumi secret)."""
         super().__init__("proxmox-gpu-cluster:gpu_operator:GpuOperator", name, None, opts)
-        op = spec.gpu_operator
+        problems = stack.problems()
+        if stack.vgpu_manager is not None and vgpu_registry_password is None:
+            problems.append(Problem("vgpuRegistryPassword", "the vGPU Manager's pull secret needs the password"))
+        if problems:
+            raise InvalidComponentArgs(name, problems)
+        op = stack.operator
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         # Driver, toolkit and device-plugin pods are privileged host-level daemons.
         ns = privileged_namespace(f"{name}-namespace", op.namespace, child)
         release_needs: list[pulumi.Resource] = list(depends_on)
-        manager = spec.kubevirt.vgpu_manager
-        if manager is not None:  # validation: set exactly when some node runs vm-vgpu
-            if vgpu_registry_password is None:
-                raise ValueError("kubevirt.vgpuManager needs vgpu_registry_password for its pull secret")
+        manager = stack.vgpu_manager
+        if manager is not None and vgpu_registry_password is not None:
             config_json = pulumi.Output.secret(vgpu_registry_password).apply(
                 lambda password: docker_config_json(manager.registry, manager.registry_username, password)
             )
@@ -70,7 +75,7 @@ class GpuOperator(pulumi.ComponentResource):
                     opts=child,
                 )
             )
-        dp = device_plugin_config(spec)
+        dp = stack.device_plugin
 
         def config_map(role: str, cm_name: str, data: dict[str, str]) -> kubernetes.core.v1.ConfigMap:
             return kubernetes.core.v1.ConfigMap(
@@ -82,22 +87,20 @@ class GpuOperator(pulumi.ComponentResource):
             )
 
         dp_map = config_map("device-plugin-config", dp.name, dp.data)
-        mig = mig_config(spec)
+        mig = stack.mig
         mig_name: pulumi.Output[str] = pulumi.Output.from_input("")
         if mig.custom:
             mig_map = config_map("mig-config", mig.name, mig.data)
             mig_name = mig_map.metadata.apply(lambda m: m.name or "")
         dcgm_name: pulumi.Output[str] = pulumi.Output.from_input("")
         if op.dcgm:
-            metrics = metrics_config_data(spec)
+            metrics = metrics_config_data(op.monitoring)
             dcgm_map = config_map("dcgm-metrics", metrics_config_name(metrics), metrics)
             dcgm_name = dcgm_map.metadata.apply(lambda m: m.name or "")
         dp_name = dp_map.metadata.apply(lambda m: m.name or "")
         values = pulumi.Output.all(dp_name, mig_name, dcgm_name).apply(
-            lambda names: operator_values(
-                spec,
+            lambda names: stack.values(
                 device_plugin_config=names[0],
-                device_plugin_default=dp.default,
                 mig_config=names[1] or None,
                 dcgm_metrics_config=names[2] or None,
             )

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_kubernetes as kubernetes
+
 from proxmox_gpu_cluster.core.scheduling_spec import PriorityClassSpec
 
 

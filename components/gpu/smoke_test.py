@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_kubernetes as kubernetes
-from proxmox_gpu_cluster.core.capacity import smoke_test_resource
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+
+from proxmox_gpu_cluster.core.operator_spec import SmokeTestSpec
 
 SMOKE_TEST_LABEL = {"app.kubernetes.io/name": "gpu-smoke-test", "app.kubernetes.io/part-of": "proxmox-gpu-cluster"}
 
@@ -27,19 +27,18 @@ class GpuSmokeTest(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        spec: ClusterSpec,
+        test: SmokeTestSpec,
         *,
+        resource: str,
         provider: kubernetes.Provider,
         namespace: pulumi.Input[str],
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """``depends_on``: the operator release (the Job needs its device plugin and RuntimeClass)."""
+        """``resource``: the extended resource the Job requests one unit of (e.g. ``nvidia.com/gpu``; the cluster
+        picks it with ``smoke_test_resource``). ``depends_on``: the operator release (the Job needs its device
+        plugin and RuntimeClass)."""
         super().__init__("proxmox-gpu-cluster:smoke_test:GpuSmokeTest", name, None, opts)
-        test = spec.gpu_operator.smoke_test
-        resource = smoke_test_resource(spec)
-        if resource is None:  # validation refuses an enabled smoke test without one
-            raise ValueError("no GPU resource to request")
         pod = kubernetes.core.v1.PodSpecArgs(
             restart_policy="Never",
             # The operator creates the nvidia RuntimeClass in both driver modes; with the host toolkit,

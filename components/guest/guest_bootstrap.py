@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_command as command
+
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.render.guest_scripts import (
     CA_CERT_HASH_VAR,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_proxmoxve as proxmoxve
+
 from proxmox_gpu_cluster.core.names import StackScope, short_hash
 from proxmox_gpu_cluster.core.spec import Image, ProxmoxNode
 from proxmox_gpu_cluster.outputs import current_scope

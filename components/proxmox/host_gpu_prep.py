@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_command as command
+
 from proxmox_gpu_cluster.core.spec import ProxmoxNode
 from proxmox_gpu_cluster.render.host_scripts import (
     REBOOT_REQUIRED,

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import pulumi
 import pulumi_proxmoxve as proxmoxve
+
 from proxmox_gpu_cluster.core.errors import Problem, SpecError
 from proxmox_gpu_cluster.core.iommu import NodePreflight, PciDevice, pci_device, preflight
 from proxmox_gpu_cluster.core.names import StackScope

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_command as command
+
 from proxmox_gpu_cluster.core.spec import DrainSpec
 from proxmox_gpu_cluster.render.guest_scripts import drain_args, retire_stdin
 from proxmox_gpu_cluster.render.host_scripts import remote_command, retire_args

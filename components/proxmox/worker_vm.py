@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import pulumi
 import pulumi_command as command
 import pulumi_proxmoxve as proxmoxve
+
 from proxmox_gpu_cluster.core.inventory import worker_gpus
 from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
 from proxmox_gpu_cluster.outputs import item

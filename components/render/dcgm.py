@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from proxmox_gpu_cluster.core.monitoring_spec import MonitoringSpec
-from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.render.alerts import EXPORTER_JOB
 from proxmox_gpu_cluster.render.sharing import content_name
 
@@ -27,9 +26,9 @@ def metrics_csv(monitoring: MonitoringSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
-def metrics_config_data(spec: ClusterSpec) -> dict[str, str]:
+def metrics_config_data(monitoring: MonitoringSpec) -> dict[str, str]:
     """Data of the DCGM metrics ConfigMap."""
-    return {METRICS_KEY: metrics_csv(spec.gpu_operator.monitoring)}
+    return {METRICS_KEY: metrics_csv(monitoring)}
 
 
 def metrics_config_name(data: dict[str, str]) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
 from proxmox_gpu_cluster.core.capacity import vgpu_resource
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.inventory import vm_nodes

@@ -10,53 +10,56 @@ no longer renders are never emitted: ``operator.defaultRuntime`` (gone from the 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
-from proxmox_gpu_cluster.core.inventory import vm_nodes
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.core.nodes import GpuNode
+from proxmox_gpu_cluster.core.operator_spec import GpuOperatorSpec
+from proxmox_gpu_cluster.core.spec import VgpuManagerSpec
 
 DRA_NODE_LABEL = "nvidia.com/dra-kubelet-plugin"
 """Node label the DRA kubelet plugin selects, and the driver manager's pod-eviction label."""
 
 
-def uses_mig(spec: ClusterSpec) -> bool:
-    """Whether any container worker shares its GPUs with MIG."""
-    return any(w.sharing == "mig" and w.workload == "container" for w in spec.workers)
+def uses_mig(nodes: Sequence[GpuNode]) -> bool:
+    """Whether any container node shares its GPUs with MIG."""
+    return any(n.sharing == "mig" and n.workload == "container" for n in nodes)
 
 
-def uses_dra(spec: ClusterSpec) -> bool:
-    """Whether any container worker hands its GPUs to the DRA driver."""
-    return any(w.dra and w.workload == "container" for w in spec.workers)
+def uses_dra(nodes: Sequence[GpuNode]) -> bool:
+    """Whether any container node hands its GPUs to the DRA driver."""
+    return any(n.dra and n.workload == "container" for n in nodes)
 
 
-def sandbox_workloads(spec: ClusterSpec) -> set[str]:
-    """The KubeVirt workload types (``vm-passthrough``, ``vm-vgpu``) some worker or bare-metal node runs."""
-    return {n.workload for n in vm_nodes(spec)}
+def sandbox_workloads(nodes: Sequence[GpuNode]) -> set[str]:
+    """The KubeVirt workload types (``vm-passthrough``, ``vm-vgpu``) some node runs."""
+    return {n.workload for n in nodes if n.workload != "container"}
 
 
-def default_vgpu_config(spec: ClusterSpec) -> str:
+def default_vgpu_config(nodes: Sequence[GpuNode]) -> str:
     """The vGPU device config for vm-vgpu nodes without ``nvidia.com/vgpu.config``: the commonest type in use.
 
     The operator's built-in vGPU device config names one config per vGPU type (``A10-24Q``), so a type is a
     config name; every node the stack labels gets its own type anyway."""
-    types = Counter(n.vgpu_type for n in vm_nodes(spec) if n.workload == "vm-vgpu" and n.vgpu_type)
+    types = Counter(n.vgpu_type for n in nodes if n.workload == "vm-vgpu" and n.vgpu_type)
     return min(types, key=lambda t: (-types[t], t)) if types else "default"
 
 
 def operator_values(
-    spec: ClusterSpec,
+    op: GpuOperatorSpec,
+    nodes: Sequence[GpuNode],
     *,
+    vgpu_manager: VgpuManagerSpec | None = None,
     device_plugin_config: str | None = None,
     device_plugin_default: str | None = None,
     mig_config: str | None = None,
     dcgm_metrics_config: str | None = None,
 ) -> dict[str, Any]:
-    """Values for ``gpu-operator`` at ``spec.gpu_operator.chart_version``.
+    """Values for ``gpu-operator`` at ``op.chart_version`` for the GPU ``nodes`` of the cluster.
 
     The ConfigMap names come from the sharing and monitoring components (content-addressed), so a content
     change changes these values and rolls the affected daemonsets.
     """
-    op = spec.gpu_operator
     host_driver = op.driver_mode == "host"
     values: dict[str, Any] = {
         "nfd": {"enabled": op.nfd},
@@ -68,7 +71,7 @@ def operator_values(
         "driver": {"enabled": not host_driver},
         "toolkit": {"enabled": not host_driver},
         "dcgmExporter": {"enabled": op.dcgm},
-        "migManager": {"enabled": uses_mig(spec)},
+        "migManager": {"enabled": uses_mig(nodes)},
     }
     if not host_driver:
         values["driver"]["kernelModuleType"] = op.kernel_module_type
@@ -78,7 +81,7 @@ def operator_values(
         values["devicePlugin"] = {
             "config": {"name": device_plugin_config, "default": device_plugin_default or "", "create": False}
         }
-    if mig_config is not None and uses_mig(spec):
+    if mig_config is not None and uses_mig(nodes):
         values["migManager"]["config"] = {"name": mig_config, "create": False, "default": "all-disabled"}
     if op.dcgm:
         # Always explicit: the chart's default flipped from false (v25.10.1) to true (v26.7.0), and with
@@ -86,7 +89,7 @@ def operator_values(
         values["dcgmExporter"]["serviceMonitor"] = {"enabled": False}
         if dcgm_metrics_config is not None:
             values["dcgmExporter"]["config"] = {"name": dcgm_metrics_config}
-    sandbox = sandbox_workloads(spec)
+    sandbox = sandbox_workloads(nodes)
     if sandbox:
         # Nodes choose their operands by the nvidia.com/gpu.workload.config label (every worker gets one);
         # unlabelled nodes stay container nodes. vfio-manager binds passthrough GPUs to vfio-pci, the sandbox
@@ -95,7 +98,7 @@ def operator_values(
         values["vfioManager"] = {"enabled": "vm-passthrough" in sandbox}
         values["sandboxDevicePlugin"] = {"enabled": True}
         values["vgpuDeviceManager"] = {"enabled": "vm-vgpu" in sandbox}
-        manager = spec.kubevirt.vgpu_manager
+        manager = vgpu_manager
         if manager is not None:  # validation: set exactly when some node runs vm-vgpu
             # The vGPU Manager (host driver) image is private: NVIDIA licenses it and users build and push it.
             values["vgpuManager"] = {
@@ -106,10 +109,10 @@ def operator_values(
                 "imagePullSecrets": [manager.pull_secret],
             }
             # name "" keeps the operator's built-in config, which has one entry per vGPU type.
-            values["vgpuDeviceManager"]["config"] = {"name": "", "default": default_vgpu_config(spec)}
-    if uses_dra(spec):
-        containers = [w for w in spec.workers if w.workload == "container"]
-        if all(w.dra for w in containers):
+            values["vgpuDeviceManager"]["config"] = {"name": "", "default": default_vgpu_config(nodes)}
+    if uses_dra(nodes):
+        containers = [n for n in nodes if n.workload == "container"]
+        if all(n.dra for n in containers):
             # No node needs the device plugin (NVIDIA's documented DRA install); mixed clusters switch it off
             # per node with the nvidia.com/gpu.deploy.device-plugin=false label instead.
             values["devicePlugin"] = {**values.get("devicePlugin", {}), "enabled": False}
@@ -120,12 +123,13 @@ def operator_values(
     return values
 
 
-def dra_values(spec: ClusterSpec) -> dict[str, Any]:
-    """Values for the ``nvidia-dra-driver-gpu`` chart (tests check every key against the chart's values.yaml)."""
+def dra_values(driver_mode: str) -> dict[str, Any]:
+    """Values for the ``nvidia-dra-driver-gpu`` chart (tests check every key against the chart's values.yaml);
+    ``driver_mode`` is the operator's (``host``: the driver is installed on the node itself)."""
     return {
         # Where the driver's files are: the host's root for a host-installed driver, the driver container's
         # mount otherwise (values.yaml of nvidia-dra-driver-gpu).
-        "nvidiaDriverRoot": "/" if spec.gpu_operator.driver_mode == "host" else "/run/nvidia/driver",
+        "nvidiaDriverRoot": "/" if driver_mode == "host" else "/run/nvidia/driver",
         # GPU allocation through DRA is gated behind this override in the 25.x charts.
         "gpuResourcesEnabledOverride": True,
         # ComputeDomains serve multi-node NVLink (GB200 NVL); a Proxmox passthrough worker has none.

@@ -8,15 +8,15 @@ name; the name then flows into the operator's Helm values and rolls the plugin.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import yaml
-from proxmox_gpu_cluster.core.capacity import worker_capacity
+
+from proxmox_gpu_cluster.core.capacity import node_capacity
 from proxmox_gpu_cluster.core.catalog import CATALOG
-from proxmox_gpu_cluster.core.inventory import worker_gpus
 from proxmox_gpu_cluster.core.names import short_hash
-from proxmox_gpu_cluster.core.spec import ClusterSpec, KubeVirtNode, Worker
+from proxmox_gpu_cluster.core.nodes import GpuNode
 from proxmox_gpu_cluster.render.operator_values import DRA_NODE_LABEL
 
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"
@@ -44,7 +44,7 @@ class DevicePluginConfig:
     data: dict[str, str]
     """Config name -> device-plugin config file (``version: v1``)."""
     node_config: dict[str, str]
-    """Worker name -> config name (the ``nvidia.com/device-plugin.config`` label)."""
+    """Node name -> config name (the ``nvidia.com/device-plugin.config`` label)."""
     default: str = DEFAULT_DEVICE_PLUGIN_CONFIG
     """Config used by GPU nodes without the label (``devicePlugin.config.default``)."""
 
@@ -54,16 +54,16 @@ class DevicePluginConfig:
         return content_name("device-plugin-config", self.data)
 
 
-def _time_slicing_entry(spec: ClusterSpec, worker: Worker) -> tuple[str, str] | None:
-    ts = worker.time_slicing
-    if ts is None or worker.workload != "container":
+def _time_slicing_entry(node: GpuNode, mig_strategy: str) -> tuple[str, str] | None:
+    ts = node.time_slicing
+    if ts is None or node.workload != "container":
         return None
     # Which resources to replicate: what the node advertises before time-slicing multiplies it.
-    plain = worker_capacity(spec, worker.model_copy(update={"time_slicing": None})).resources
+    plain = node_capacity(replace(node, time_slicing=None), mig_strategy).resources
     resources = [{"name": name, "replicas": ts.replicas} for name in sorted(plain)]
     document = {
         "version": "v1",
-        "flags": {"migStrategy": spec.gpu_operator.mig_strategy},
+        "flags": {"migStrategy": mig_strategy},
         "sharing": {
             "timeSlicing": {
                 "renameByDefault": ts.rename_by_default,
@@ -78,21 +78,19 @@ def _time_slicing_entry(spec: ClusterSpec, worker: Worker) -> tuple[str, str] | 
     return name, text
 
 
-def device_plugin_config(spec: ClusterSpec) -> DevicePluginConfig:
+def device_plugin_config(nodes: Sequence[GpuNode], mig_strategy: str) -> DevicePluginConfig:
     """One named config per distinct time-slicing profile, plus the default (no sharing)."""
-    data = {
-        DEFAULT_DEVICE_PLUGIN_CONFIG: _dump({"version": "v1", "flags": {"migStrategy": spec.gpu_operator.mig_strategy}})
-    }
+    data = {DEFAULT_DEVICE_PLUGIN_CONFIG: _dump({"version": "v1", "flags": {"migStrategy": mig_strategy}})}
     node_config: dict[str, str] = {}
-    for worker in spec.workers:
-        entry = _time_slicing_entry(spec, worker)
+    for node in nodes:
+        entry = _time_slicing_entry(node, mig_strategy)
         if entry is None:
-            if worker.workload == "container":
-                node_config[worker.name] = DEFAULT_DEVICE_PLUGIN_CONFIG
+            if node.workload == "container":
+                node_config[node.name] = DEFAULT_DEVICE_PLUGIN_CONFIG
             continue
         name, text = entry
         data[name] = text
-        node_config[worker.name] = name
+        node_config[node.name] = name
     return DevicePluginConfig(data=dict(sorted(data.items())), node_config=node_config)
 
 
@@ -101,7 +99,7 @@ class MigConfig:
     """The mig-parted configuration the MIG manager applies, and each worker's ``nvidia.com/mig.config``."""
 
     node_config: dict[str, str]
-    """Worker name -> config name, for workers with MIG-capable GPUs."""
+    """Node name -> config name, for container nodes with MIG-capable GPUs."""
     configs: dict[str, list[dict[str, object]]] = field(default_factory=dict)
     """Config name -> mig-parted entries; empty when only the operator's built-in configs are used."""
 
@@ -126,7 +124,7 @@ def _filter(model_keys: set[str]) -> list[str]:
     return sorted(f"0x{d.upper()}10DE" for k in model_keys for d in CATALOG[k].device_ids)
 
 
-def mig_config(spec: ClusterSpec) -> MigConfig:
+def mig_config(nodes: Sequence[GpuNode]) -> MigConfig:
     """Named configs are used by name; custom geometries become ``custom-<hash>`` configs.
 
     A custom ConfigMap replaces the operator's default one, so it also carries ``all-disabled`` (the MIG
@@ -135,18 +133,18 @@ def mig_config(spec: ClusterSpec) -> MigConfig:
     node_config: dict[str, str] = {}
     custom: dict[str, list[dict[str, object]]] = {}
     named_used: dict[str, set[str]] = {MIG_DISABLED: set()}
-    for worker in spec.workers:
-        gpus = [g for g in worker_gpus(spec, worker) if g.model.mig_capable]
-        if not gpus or worker.workload != "container":
+    for node in nodes:
+        gpus = [g for g in node.gpus if g.model.mig_capable]
+        if not gpus or node.workload != "container":
             continue
         claimed = [g.mig_config for g in gpus if g.mig_config is not None]
         named = {c for c in claimed if isinstance(c, str)}
-        if worker.sharing != "mig" or not claimed:
-            node_config[worker.name] = MIG_DISABLED
+        if node.sharing != "mig" or not claimed:
+            node_config[node.name] = MIG_DISABLED
             named_used[MIG_DISABLED].update(g.model.key for g in gpus)
         elif len(named) == 1 and len(claimed) == len(gpus):
             name = named.pop()
-            node_config[worker.name] = name
+            node_config[node.name] = name
             named_used.setdefault(name, set()).update(g.model.key for g in gpus)
         else:
             entries: list[dict[str, object]] = []
@@ -158,7 +156,7 @@ def mig_config(spec: ClusterSpec) -> MigConfig:
                 )
             name = f"custom-{content_hash({'e': json.dumps(entries, sort_keys=True)}, 8)}"
             custom[name] = entries
-            node_config[worker.name] = name
+            node_config[node.name] = name
     if not custom:
         return MigConfig(node_config=node_config)
     configs: dict[str, list[dict[str, object]]] = {}
@@ -182,42 +180,37 @@ def mig_config(spec: ClusterSpec) -> MigConfig:
 ACCELERATOR_LABEL = "proxmox-gpu-cluster.io/accelerator"
 
 
-def node_labels(spec: ClusterSpec, worker: Worker, dp: DevicePluginConfig, mig: MigConfig) -> dict[str, str]:
-    """Labels a GPU worker node gets before the operator is installed.
+def node_labels(node: GpuNode, dp: DevicePluginConfig, mig: MigConfig, operator: bool = True) -> dict[str, str]:
+    """Labels a GPU node gets before the operator is installed.
 
-    ``dp`` and ``mig`` are ``device_plugin_config(spec)`` and ``mig_config(spec)``, computed once per cluster.
+    ``dp`` and ``mig`` are ``device_plugin_config`` and ``mig_config`` of all nodes, computed once per cluster.
 
     ``nvidia.com/mig.config`` is set on every node with a MIG-capable GPU: without it the operator labels the
     node ``all-disabled`` itself, which would fight any later change (hence patchForce on the NodePatch).
 
-    Without the operator (``gpuOperator.enabled: false``) only the accelerator label (and DRA's) is set: the
-    operator's config labels would configure an operator the stack does not own. Validation refuses time-slicing
-    and MIG there; a taint is still applied.
+    Without the operator (``operator`` false: ``gpuOperator.enabled: false``) only the accelerator label (and
+    DRA's) is set on container nodes: the operator's config labels would configure an operator the stack does not
+    own. Validation refuses time-slicing and MIG there; a taint is still applied.
     """
-    models = [g.model.key for g in worker_gpus(spec, worker)]
-    if not spec.gpu_operator.enabled:
-        labels = {k: v for k, v in _workload_labels(worker.workload, models, None).items() if k == ACCELERATOR_LABEL}
-        if worker.dra:
+    models = [m.key for m in node.models]
+    if not operator and node.workload == "container":
+        labels = {k: v for k, v in _workload_labels(node.workload, models, None).items() if k == ACCELERATOR_LABEL}
+        if node.dra:
             labels[DRA_NODE_LABEL] = "true"
         return dict(sorted(labels.items()))
-    labels = _workload_labels(worker.workload, models, worker.vgpu_type)
-    if worker.workload == "container" and worker.dra:
+    labels = _workload_labels(node.workload, models, node.vgpu_type)
+    if node.workload == "container" and node.dra:
         # The DRA kubelet plugin runs where this label is; the operator skips its device plugin where the
         # deploy label is false (operands are switched per node by nvidia.com/gpu.deploy.<operand>).
         labels[DRA_NODE_LABEL] = "true"
         labels["nvidia.com/gpu.deploy.device-plugin"] = "false"
-    elif worker.workload == "container":
-        labels["nvidia.com/device-plugin.config"] = dp.node_config[worker.name]
-    if worker.workload == "container":
-        mig_label = mig.node_config.get(worker.name)
+    elif node.workload == "container":
+        labels["nvidia.com/device-plugin.config"] = dp.node_config[node.name]
+    if node.workload == "container":
+        mig_label = mig.node_config.get(node.name)
         if mig_label is not None:
             labels["nvidia.com/mig.config"] = mig_label
     return dict(sorted(labels.items()))
-
-
-def kubevirt_node_labels(node: KubeVirtNode) -> dict[str, str]:
-    """Labels of an existing (bare-metal) KubeVirt node: the same as a KubeVirt worker's."""
-    return dict(sorted(_workload_labels(node.workload, node.model_keys, node.vgpu_type).items()))
 
 
 def _workload_labels(workload: str, models: list[str], vgpu_type: str | None) -> dict[str, str]:

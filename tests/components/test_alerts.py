@@ -11,10 +11,10 @@ from typing import Any
 import promql_parser
 import pytest
 import yaml
+
 from proxmox_gpu_cluster.core.dcgm_fields import ALERT_FIELDS, DEFAULT_FIELDS
 from proxmox_gpu_cluster.core.monitoring_spec import AlertsSpec
 from proxmox_gpu_cluster.render.alerts import EXPORTER_JOB, alert_rules, prometheus_rule_spec, promql_string
-
 from tests.support import promql_metrics, promtool
 
 NODES = ("gpu-a", "gpu-b")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from proxmox_gpu_cluster.core.capacity import capacity_table, cluster_capacity, worker_capacity
 from proxmox_gpu_cluster.core.spec import load_spec
-
 from tests.support import VGPU_MANAGER, base_spec
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import yaml
-from proxmox_gpu_cluster.core.catalog import CATALOG, model, model_for_device, sandbox_resource_suffix
 
+from proxmox_gpu_cluster.core.catalog import CATALOG, model, model_for_device, sandbox_resource_suffix
 from tests.support import CHART_VERSIONS, pci_ids, shared_reference
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import yaml
+
 from proxmox_gpu_cluster.render.cloud_init import NOUVEAU_BLACKLIST, vendor_data
 
 

@@ -7,14 +7,14 @@ import json
 from typing import Any
 
 import pulumi_kubernetes as kubernetes
-from proxmox_gpu_cluster.core.adapters import monitoring_targets
+
+from proxmox_gpu_cluster.core.cluster_nodes import monitoring_targets
 from proxmox_gpu_cluster.core.dcgm_fields import DASHBOARD_FIELDS, DEFAULT_FIELDS
 from proxmox_gpu_cluster.core.monitoring_spec import AlertsSpec, DashboardSpec, MonitoringSpec
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring
 from proxmox_gpu_cluster.render.dashboard import CONFIGMAP_NAME, DATA_KEY, dashboard, dashboard_config_map
 from proxmox_gpu_cluster.testing import run
-
 from tests.support import base_spec, make_vm_worker, promql_metrics
 
 

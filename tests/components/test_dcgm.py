@@ -16,7 +16,6 @@ from proxmox_gpu_cluster.render.dcgm import (
     metrics_csv,
     service_monitor_spec,
 )
-
 from tests.support import base_spec, plan_stack
 
 MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
@@ -62,13 +61,15 @@ def test_every_line_has_exactly_three_fields_and_a_known_type() -> None:
 
 def test_configmap_name_is_content_addressed() -> None:
     spec = load_spec(base_spec())
-    data = metrics_config_data(spec)
+    data = metrics_config_data(spec.gpu_operator.monitoring)
     assert list(data) == [METRICS_KEY]
     raw = base_spec()
     raw["gpuOperator"]["monitoring"] = {"metrics": ["DCGM_FI_DEV_GPU_UTIL"]}
-    other = metrics_config_data(load_spec(raw))
+    other = metrics_config_data(load_spec(raw).gpu_operator.monitoring)
     assert metrics_config_name(data) != metrics_config_name(other)
-    assert metrics_config_name(data) == metrics_config_name(metrics_config_data(load_spec(base_spec())))
+    assert metrics_config_name(data) == metrics_config_name(
+        metrics_config_data(load_spec(base_spec()).gpu_operator.monitoring)
+    )
 
 
 def test_metric_change_changes_only_the_configmap_and_release_values() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines, host_reboot
-
 from tests.support import base_spec
 
 

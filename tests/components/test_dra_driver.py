@@ -6,12 +6,13 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
+
+from proxmox_gpu_cluster.cluster.adapters import gpu_stack
 from proxmox_gpu_cluster.core.capacity import capacity_table, worker_capacity
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
 from proxmox_gpu_cluster.stacks.plan import render_text
 from proxmox_gpu_cluster.testing import run
-
 from tests.support import base_spec, plan_stack, without_operator
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -95,7 +96,7 @@ def test_node_patch_waits_for_its_own_node_only() -> None:
         spec = load_spec(raw)
         provider = kubernetes.Provider("k8s", kubeconfig="{}")
         joins = {w.name: pulumi.CustomResource("test:index:Join", f"join-{w.name}", {}) for w in spec.workers}
-        GpuNodeLabels("nodes", spec, list(spec.workers), provider=provider,
+        GpuNodeLabels("nodes", gpu_stack(spec), provider=provider,
                       node_ready={name: [join] for name, join in joins.items()})  # fmt: skip
 
     rec = run(program)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
+
 from proxmox_gpu_cluster.core.capacity import quota_hard, quota_warnings
 from proxmox_gpu_cluster.core.spec import load_spec
-
 from tests.support import base_spec, plan_stack
 
 

@@ -12,13 +12,13 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 import pytest
+
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, verify_args
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, redact, run
-
 from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
 
 BOOTSTRAP = "proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap"

@@ -13,7 +13,6 @@ from proxmox_gpu_cluster.render.host_scripts import (
     retire_args,
     verify_args,
 )
-
 from tests.support import base_spec
 
 

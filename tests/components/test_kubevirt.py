@@ -9,11 +9,11 @@ import re
 from typing import Any
 
 import pytest
+
 from proxmox_gpu_cluster.core.capacity import capacity_table
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
 from proxmox_gpu_cluster.render.kubevirt import docker_config_json, example_virtual_machines, kubevirt_patch_spec
-
 from tests.support import SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
 
 PATCH = "kubernetes:kubevirt.io/v1:KubeVirtPatch"

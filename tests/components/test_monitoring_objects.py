@@ -13,8 +13,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from proxmox_gpu_cluster.render.dashboard import DATA_KEY
 
+from proxmox_gpu_cluster.render.dashboard import DATA_KEY
 from tests.support import base_spec, plan_stack, reference_file
 
 CRDS = {

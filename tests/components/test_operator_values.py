@@ -8,10 +8,19 @@ from typing import Any
 
 import pytest
 import yaml
-from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.render.operator_values import dra_values, operator_values
 
+from proxmox_gpu_cluster.cluster.adapters import gpu_stack
+from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
+from proxmox_gpu_cluster.render.operator_values import dra_values
+from proxmox_gpu_cluster.render.operator_values import operator_values as render_values
 from tests.support import CHART_VERSIONS, base_spec, make_vm_worker, reference_file, shared_reference
+
+
+def operator_values(spec: ClusterSpec, **names: str | None) -> dict[str, Any]:
+    """The values for the spec's operator settings and nodes, through the cluster's adapter."""
+    stack = gpu_stack(spec)
+    return render_values(stack.operator, stack.nodes, vgpu_manager=stack.vgpu_manager, **names)  # type: ignore[arg-type]
+
 
 FORBIDDEN = {"operator.defaultRuntime", "driver.useOpenKernelModules"}
 
@@ -189,7 +198,7 @@ def test_dra_values(mode: str) -> None:
     raw = base_spec()
     raw["gpuOperator"]["driverMode"] = mode
     with_dra(raw, "some")
-    values = dra_values(load_spec(raw))
+    values = dra_values(load_spec(raw).gpu_operator.driver_mode)
     assert unknown_in(values, dra_chart()) == []
     assert values["nvidiaDriverRoot"] == ("/" if mode == "host" else "/run/nvidia/driver")
     assert values["kubeletPlugin"]["nodeSelector"] == {"nvidia.com/dra-kubelet-plugin": "true"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pulumi_kubernetes as kubernetes
+
 from proxmox_gpu_cluster.core.scheduling_spec import PriorityClassSpec, Quota
 from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas
 from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import yaml
-from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.render.sharing import device_plugin_config, mig_config
 
+from proxmox_gpu_cluster.cluster.adapters import gpu_stack
+from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
+from proxmox_gpu_cluster.render.sharing import DevicePluginConfig, MigConfig
 from tests.support import base_spec, shared_reference
+
+
+def device_plugin_config(spec: ClusterSpec) -> DevicePluginConfig:
+    return gpu_stack(spec).device_plugin
+
+
+def mig_config(spec: ClusterSpec) -> MigConfig:
+    return gpu_stack(spec).mig
 
 
 def test_time_slicing_config() -> None:

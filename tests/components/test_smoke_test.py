@@ -6,7 +6,6 @@ from typing import Any
 
 from proxmox_gpu_cluster.core.capacity import smoke_test_resource
 from proxmox_gpu_cluster.core.spec import load_spec
-
 from tests.support import base_spec, make_vm_worker, plan_stack
 
 JOB = "kubernetes:batch/v1:Job"

@@ -10,6 +10,7 @@ import struct
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from proxmox_gpu_cluster.core.ssh_keys import KEY_TYPES, public_key_problem
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
+
 from proxmox_gpu_cluster.testing import REDACTED, DuplicateUrnError, RecordingMocks, is_secret, redact, run
 
 

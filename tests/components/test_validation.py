@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
-
 from tests.support import VGPU_MANAGER, assert_problem, base_spec, errors_of, make_vm_worker, spec_paths
 
 Spec = dict[str, Any]

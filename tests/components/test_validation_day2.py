@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.spec import load_spec
-
 from tests.support import assert_problem, base_spec, errors_of, make_vm_worker, spec_paths, without_operator
 
 Spec = dict[str, Any]

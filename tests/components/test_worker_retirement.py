@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_command as command
+
 from proxmox_gpu_cluster.core.spec import DrainSpec
 from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
 from proxmox_gpu_cluster.testing import is_secret, run
-
 from tests.support import plain_strings
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
+
 from proxmox_gpu_cluster import GpuCluster, export
 from proxmox_gpu_cluster.stacks.config import InvalidStackConfig, load
 from proxmox_gpu_cluster.testing import RecordingMocks, is_secret, run
-
 from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, stack_config
 
 

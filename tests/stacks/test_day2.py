@@ -11,7 +11,6 @@ from typing import Any
 from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.stacks.plan import main
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, unwrap
-
 from tests.support import SECRETS, base_spec, plain_strings, plan_stack, prod_spec, shared_group
 
 HOST_PREP = "proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from proxmox_gpu_cluster.stacks.plan import main, plan, stack_config
 
+from proxmox_gpu_cluster.stacks.plan import main, plan, stack_config
 from tests.support import ROOT, base_spec, make_vm_worker
 
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from proxmox_gpu_cluster.stacks.plan import main
 
+from proxmox_gpu_cluster.stacks.plan import main
 from tests.support import ROOT
 
 DEV = (ROOT / "Pulumi.dev.yaml").read_text()

@@ -6,11 +6,11 @@ from typing import Any
 
 import pulumi
 import pytest
+
 from proxmox_gpu_cluster.core.names import StackScope, short_hash
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.testing import Recording, redact
 from proxmox_gpu_cluster.testing_pci import spec_shaped_pci
-
 from tests.support import base_spec, make_vm_worker, plan_stack, shared_group
 
 SCOPE = StackScope("proxmox-gpu-cluster", "test")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
 from proxmox_gpu_cluster.core.capacity import capacity_table
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
 from proxmox_gpu_cluster.stacks.config import raw_spec_from_stack_file
 from proxmox_gpu_cluster.stacks.plan import plan
 from proxmox_gpu_cluster.testing import Recording
-
 from tests.support import ROOT
 
 STACKS = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))

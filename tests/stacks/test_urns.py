@@ -11,8 +11,8 @@ import os
 
 import pytest
 import yaml
-from proxmox_gpu_cluster.stacks.plan import plan
 
+from proxmox_gpu_cluster.stacks.plan import plan
 from tests.support import ROOT
 
 PINS = ROOT / "tests" / "stacks" / "urns"

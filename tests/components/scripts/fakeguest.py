@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 
 from proxmox_gpu_cluster.render.guest_scripts import secret_stdin, step_script
-
 from tests.components.scripts.fakeroot import FakeRoot, Result
 
 KERNEL = "6.8.0-49-generic"

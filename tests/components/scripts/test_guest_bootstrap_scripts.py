@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from proxmox_gpu_cluster.core.guest_spec import ExpectedGpu, GuestBootstrapSpec
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, join_args, runtime_args, verify_args
-
 from tests.components.scripts.fakeguest import A10_LSPCI, A10_SMI, FakeGuest, mutating
 
 TOKEN = "abcdef.0123456789abcdef"

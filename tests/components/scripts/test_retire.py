@@ -14,10 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from proxmox_gpu_cluster.core.spec import DrainSpec
 from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, assignments, drain_args, drain_script, retire_stdin
 from proxmox_gpu_cluster.render.host_scripts import retire_args
-
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import FakeCluster, Pod, install_qm
 from tests.components.scripts.fakeroot import FakeRoot, Result

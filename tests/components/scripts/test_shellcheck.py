@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from proxmox_gpu_cluster.render.guest_scripts import STEPS, drain_script, retire_stdin, step_script
 
+from proxmox_gpu_cluster.render.guest_scripts import STEPS, drain_script, retire_stdin, step_script
 from tests.components.scripts.fakeroot import SCRIPTS
 from tests.support import external
 

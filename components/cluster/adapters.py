@@ -1,0 +1,30 @@
+"""Adapters from the cluster spec to each component's arguments: the one place where ``ClusterSpec`` is taken apart.
+
+A component takes only what it uses, so a reader finds any behaviour in two hops: spec -> adapter (here) ->
+component. Pure (no resources are created here).
+"""
+
+from __future__ import annotations
+
+from proxmox_gpu_cluster.core.capacity import smoke_test_resource
+from proxmox_gpu_cluster.core.cluster_nodes import MonitoringTargets, gpu_nodes, monitoring_targets
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
+from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
+from proxmox_gpu_cluster.render.gpu_stack import GpuStack
+
+__all__ = ["GuestBootstrapSpec", "MonitoringTargets", "bootstrap", "gpu_stack", "monitoring", "smoke_test_resource"]
+
+
+def gpu_stack(spec: ClusterSpec) -> GpuStack:
+    """The operator settings and every GPU node of the spec, for ``GpuNodeLabels`` and ``GpuOperator``."""
+    return GpuStack(operator=spec.gpu_operator, nodes=tuple(gpu_nodes(spec)), vgpu_manager=spec.kubevirt.vgpu_manager)
+
+
+def monitoring(spec: ClusterSpec) -> MonitoringTargets:
+    """The nodes ``GpuMonitoring`` expects an exporter on, and what their GPUs report."""
+    return monitoring_targets(spec)
+
+
+def bootstrap(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
+    """What ``GuestBootstrap`` needs to make ``worker`` a GPU node."""
+    return bootstrap_spec(spec, worker)
