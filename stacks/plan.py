@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_table
+from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.proxmox.pci_mapping import IommuPreflightError
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
@@ -220,7 +221,12 @@ def example_manifests(spec: ClusterSpec) -> str:
     """The example VirtualMachines of ``spec`` as a multi-document YAML stream (empty without KubeVirt)."""
     if not spec.kubevirt.enabled:
         return ""
-    return yaml.dump_all(example_virtual_machines(spec), Dumper=_BlockDumper, sort_keys=False, explicit_start=True)
+    return yaml.dump_all(
+        example_virtual_machines(gpu_nodes(spec), spec.guest.ssh_public_keys),
+        Dumper=_BlockDumper,
+        sort_keys=False,
+        explicit_start=True,
+    )
 
 
 class _BlockDumper(yaml.SafeDumper):

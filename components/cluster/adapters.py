@@ -9,10 +9,20 @@ from __future__ import annotations
 from proxmox_gpu_cluster.core.capacity import smoke_test_resource
 from proxmox_gpu_cluster.core.cluster_nodes import MonitoringTargets, gpu_nodes, monitoring_targets
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
+from proxmox_gpu_cluster.core.inventory import worker_gpus
 from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
+from proxmox_gpu_cluster.proxmox.worker_vm import WorkerVmArgs
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 
-__all__ = ["GuestBootstrapSpec", "MonitoringTargets", "bootstrap", "gpu_stack", "monitoring", "smoke_test_resource"]
+__all__ = [
+    "GuestBootstrapSpec",
+    "MonitoringTargets",
+    "bootstrap",
+    "gpu_stack",
+    "monitoring",
+    "smoke_test_resource",
+    "worker_vm",
+]
 
 
 def gpu_stack(spec: ClusterSpec) -> GpuStack:
@@ -28,3 +38,15 @@ def monitoring(spec: ClusterSpec) -> MonitoringTargets:
 def bootstrap(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
     """What ``GuestBootstrap`` needs to make ``worker`` a GPU node."""
     return bootstrap_spec(spec, worker)
+
+
+def worker_vm(spec: ClusterSpec, worker: Worker) -> WorkerVmArgs:
+    """What ``GpuWorkerVm`` needs of the spec for ``worker``."""
+    return WorkerVmArgs(
+        worker=worker,
+        gpu_models=tuple(g.model.key for g in worker_gpus(spec, worker)),
+        ssh_public_keys=spec.guest.ssh_public_keys,
+        password_auth=spec.proxmox.auth_mode == "password",
+        node_ssh_address=spec.node(worker.node).ssh_address,
+        node_ssh_user=spec.proxmox.ssh_user,
+    )

@@ -11,6 +11,7 @@ from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers
 from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer, build_proxmox
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_table, quota_warnings
+from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.gpu.dra_driver import DraDriver
 from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring
@@ -229,7 +230,7 @@ class GpuCluster(pulumi.ComponentResource):
         if spec.kubevirt.enabled:
             warn_experimental(spec)
             if spec.kubevirt.patch_kubevirt:
-                KubeVirtGpuDevices(f"{name}-kubevirt-gpus", spec, provider=k8s, opts=child)
+                KubeVirtGpuDevices(f"{name}-kubevirt-gpus", spec.kubevirt, nodes=stack.nodes, provider=k8s, opts=child)
         classes = None
         if spec.priority_classes:
             classes = GpuPriorityClasses(
@@ -257,7 +258,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.node_labels = labels.labels if labels is not None else pulumi.Output.from_input({})
         kv = spec.kubevirt
         self.kubevirt_permitted_host_devices = pulumi.Output.from_input(
-            permitted_host_devices(spec) if kv.enabled else None
+            permitted_host_devices(stack.nodes) if kv.enabled else None
         )
         self.register_outputs(
             {
@@ -291,6 +292,7 @@ def export(cluster: GpuCluster) -> None:
         pulumi.export("kubevirtPermittedHostDevices", cluster.kubevirt_permitted_host_devices)
         if not kv.patch_kubevirt:
             pulumi.export(
-                "hyperConvergedPermittedHostDevices", permitted_host_devices(cluster.spec, hyperconverged=True)
+                "hyperConvergedPermittedHostDevices",
+                permitted_host_devices(gpu_nodes(cluster.spec), hyperconverged=True),
             )
     pulumi.export("capacity", cluster.capacity)

@@ -8,6 +8,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_proxmoxve as proxmoxve
 
+from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.core.iommu import NodePreflight
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.outputs import item
@@ -76,14 +77,18 @@ def build_proxmox(
         if not workers:
             continue
         files = WorkerBootFiles(
-            f"{prefix}-{node.name}-boot-files", node, [w.image for w in workers], provider=proxmox, opts=child
+            f"{prefix}-{node.name}-boot-files",
+            node.name,
+            [w.image for w in workers],
+            snippet_datastore=node.snippet_datastore,
+            provider=proxmox,
+            opts=child,
         )
         for worker in workers:
             url = worker.image.cloud_image_url
             vms[worker.name] = GpuWorkerVm(
                 f"{prefix}-{worker.name}",
-                spec,
-                worker,
+                adapters.worker_vm(spec, worker),
                 provider=proxmox,
                 mappings=mappings.mappings,
                 vendor_data_file_id=files.vendor_data_file_id,

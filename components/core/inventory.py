@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
+from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.nodes import NodeGpu
 from proxmox_gpu_cluster.core.spec import ClusterSpec, GpuAssignment, HostGpu, MigConfig, Worker
 
@@ -15,33 +15,6 @@ class WorkerGpu(NodeGpu):
 
     host: HostGpu
     """The physical GPU in the Proxmox node."""
-
-
-@dataclass(frozen=True)
-class VmNode:
-    """A node that runs KubeVirt GPU VMs: a vm-passthrough/vm-vgpu worker or a bare-metal ``kubevirt.nodes`` entry."""
-
-    name: str
-    """Kubernetes node name."""
-    workload: str
-    """vm-passthrough or vm-vgpu."""
-    models: tuple[GpuModel, ...]
-    """One entry per GPU."""
-    vgpu_type: str | None
-    """The vGPU type of a vm-vgpu node."""
-
-
-def vm_nodes(spec: ClusterSpec) -> list[VmNode]:
-    """Every KubeVirt node of the spec: workers first (spec order), then the bare-metal nodes."""
-    workers = [
-        VmNode(w.name, w.workload, tuple(g.model for g in worker_gpus(spec, w)), w.vgpu_type)
-        for w in spec.workers
-        if w.workload != "container"
-    ]
-    bare = [
-        VmNode(n.name, n.workload, tuple(CATALOG[k] for k in n.model_keys), n.vgpu_type) for n in spec.kubevirt.nodes
-    ]
-    return workers + bare
 
 
 def effective_mig(worker: Worker, claim: GpuAssignment) -> MigConfig | None:

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.core.nodes import GpuNode
+from proxmox_gpu_cluster.core.spec import KubeVirtSpec
 from proxmox_gpu_cluster.render.kubevirt import API_VERSION, kubevirt_patch_spec
 
 
@@ -33,15 +34,18 @@ class KubeVirtGpuDevices(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        spec: ClusterSpec,
+        kubevirt: KubeVirtSpec,
         *,
+        nodes: Sequence[GpuNode],
         provider: kubernetes.Provider,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("proxmox-gpu-cluster:kubevirt_devices:KubeVirtGpuDevices", name, None, opts)
-        kv = spec.kubevirt
-        body = kubevirt_patch_spec(spec)
+        """``kubevirt``: which CR to patch and the feature gates it keeps. ``nodes``: the GPU nodes whose
+        vm-passthrough GPUs and vGPU types the CR must permit."""
+        kv = kubevirt
+        body = kubevirt_patch_spec(nodes, kv.feature_gates)
         patch = kubernetes.apiextensions.CustomResourcePatch(
             f"{name}-kubevirt",
             api_version=API_VERSION,

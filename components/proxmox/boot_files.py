@@ -8,7 +8,7 @@ import pulumi
 import pulumi_proxmoxve as proxmoxve
 
 from proxmox_gpu_cluster.core.names import StackScope, short_hash
-from proxmox_gpu_cluster.core.spec import Image, ProxmoxNode
+from proxmox_gpu_cluster.core.spec import Image
 from proxmox_gpu_cluster.outputs import current_scope
 from proxmox_gpu_cluster.render.cloud_init import vendor_data
 
@@ -36,26 +36,28 @@ class WorkerBootFiles(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        node: ProxmoxNode,
+        node_name: str,
         images: Sequence[Image],
         *,
+        snippet_datastore: str = "local",
         provider: proxmoxve.Provider,
         scope: StackScope | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """``images``: the boot images of the node's workers (template clones and repeats are skipped).
-        ``scope``: the project and stack the file names belong to (default: this program's)."""
+        """``node_name``: the Proxmox node the files go to. ``images``: the boot images of the node's workers
+        (template clones and repeats are skipped). ``snippet_datastore``: a datastore with the snippets content
+        type. ``scope``: the project and stack the file names belong to (default: this program's)."""
         super().__init__("proxmox-gpu-cluster:boot_files:WorkerBootFiles", name, None, opts)
         scope = scope or current_scope()
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         snippet = proxmoxve.FileLegacy(
             f"{name}-vendor-data",
             proxmoxve.FileLegacyArgs(
-                node_name=node.name,
-                datastore_id=node.snippet_datastore,
+                node_name=node_name,
+                datastore_id=snippet_datastore,
                 content_type="snippets",
                 source_raw=proxmoxve.FileLegacySourceRawArgs(
-                    data=vendor_data(), file_name=scope.snippet_file_name(node.name)
+                    data=vendor_data(), file_name=scope.snippet_file_name(node_name)
                 ),
             ),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(delete_before_replace=True)),
@@ -69,11 +71,11 @@ class WorkerBootFiles(pulumi.ComponentResource):
                 # By URL, not by position: adding a worker with another image renames nothing.
                 f"{name}-image-{short_hash(url, 8)}",
                 proxmoxve.download.FileArgs(
-                    node_name=node.name,
+                    node_name=node_name,
                     datastore_id=image.datastore,
                     content_type="iso",
                     url=url,
-                    file_name=scope.image_file_name(node.name, image.datastore, url),
+                    file_name=scope.image_file_name(node_name, image.datastore, url),
                     checksum=image.checksum,
                     checksum_algorithm="sha256" if image.checksum else None,
                     # A new upstream build of the same URL must not replace the disks cloned from it.

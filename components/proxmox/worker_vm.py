@@ -7,9 +7,13 @@ from collections.abc import Mapping, Sequence
 import pulumi
 import pulumi_command as command
 import pulumi_proxmoxve as proxmoxve
+from pydantic import Field, model_validator
 
-from proxmox_gpu_cluster.core.inventory import worker_gpus
-from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
+from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
+from proxmox_gpu_cluster.core.spec_base import GpuModelKey, HostName, SpecModel
+from proxmox_gpu_cluster.core.worker_spec import Worker
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.outputs import item
 from proxmox_gpu_cluster.render.host_scripts import remote_command, script
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
@@ -22,9 +26,39 @@ BOOT_INPUTS = ("disks[*].fileId", "clone", "initialization.vendorDataFileId")
 bpg/terraform-provider-proxmox): a new image or snippet name applies to new VMs only."""
 
 
-def needs_large_bar(spec: ClusterSpec, worker: Worker) -> bool:
-    """Whether any GPU of ``worker`` has a BAR too large for OVMF's default MMIO window."""
-    return any(g.model.large_bar for g in worker_gpus(spec, worker))
+class WorkerVmArgs(SpecModel):
+    """What a GPU worker VM is made of, besides the resources it is wired to."""
+
+    worker: Worker = Field(description="The VM: id, node, size, image, network, GPU claims (by mapping key).")
+    gpu_models: tuple[GpuModelKey, ...] = Field(
+        min_length=1, description="Catalog model of each claimed GPU, in claim order (large BAR, tags)."
+    )
+    ssh_public_keys: tuple[str, ...] = Field(min_length=1, description="Keys cloud-init installs for the user.")
+    password_auth: bool = Field(
+        default=False,
+        description="The provider logs in as root@pam with a password, so the VM can carry raw kvm arguments "
+        "(the large-BAR window); otherwise they are set with qm on the node over SSH.",
+    )
+    node_ssh_address: HostName | None = Field(
+        default=None, description="SSH address of the VM's Proxmox node (large-BAR GPUs in token mode)."
+    )
+    node_ssh_user: str = Field(default="root", description="SSH user on the Proxmox node.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkerVmArgs:
+        problems = []
+        if len(self.gpu_models) != len(self.worker.gpus):
+            problems.append(Problem("gpuModels", f"one model per GPU claim ({len(self.worker.gpus)})"))
+        if self.large_bar and not self.password_auth and self.node_ssh_address is None:
+            problems.append(Problem("nodeSshAddress", "a large-BAR GPU in token mode is set up over SSH on the node"))
+        if problems:
+            raise SpecViolations(problems)
+        return self
+
+    @property
+    def large_bar(self) -> bool:
+        """Whether any GPU has a BAR too large for OVMF's default MMIO window."""
+        return any(CATALOG[m].large_bar for m in self.gpu_models)
 
 
 def machine_type(worker: Worker) -> str:
@@ -34,10 +68,9 @@ def machine_type(worker: Worker) -> str:
     return "q35,viommu=intel" if worker.workload != "container" else "q35"
 
 
-def vm_tags(spec: ClusterSpec, worker: Worker) -> list[str]:
+def vm_tags(args: WorkerVmArgs) -> list[str]:
     """Proxmox tags: the project, the GPU models, then the spec's own tags (Proxmox stores them sorted)."""
-    models = {g.model.key.lower() for g in worker_gpus(spec, worker)}
-    return sorted({"proxmox-gpu-cluster", *models, *worker.tags})
+    return sorted({"proxmox-gpu-cluster", *(m.lower() for m in args.gpu_models), *args.worker.tags})
 
 
 class GpuWorkerVm(pulumi.ComponentResource):
@@ -70,8 +103,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        spec: ClusterSpec,
-        worker: Worker,
+        args: WorkerVmArgs,
         *,
         provider: proxmoxve.Provider,
         mappings: pulumi.Input[Mapping[str, str]],
@@ -86,8 +118,9 @@ class GpuWorkerVm(pulumi.ComponentResource):
         the worker clones a template). ``host_command``/``ssh_private_key``: used for the large-BAR setting in
         token mode, through ``qm set`` on the Proxmox node."""
         super().__init__("proxmox-gpu-cluster:worker_vm:GpuWorkerVm", name, None, opts)
-        password_mode = spec.proxmox.auth_mode == "password"
-        large_bar = needs_large_bar(spec, worker)
+        worker = args.worker
+        password_mode = args.password_auth
+        large_bar = args.large_bar
         net = worker.network
         hostpcis = [
             proxmoxve.VmLegacyHostpciArgs(
@@ -121,7 +154,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
                 vm_id=worker.vmid,
                 name=worker.name,
                 description="GPU worker managed by proxmox-gpu-cluster",
-                tags=vm_tags(spec, worker),
+                tags=vm_tags(args),
                 on_boot=worker.on_boot,
                 started=True,
                 reboot_after_update=False,
@@ -162,7 +195,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
                     ip_configs=[ip_config],
                     dns=dns,
                     user_account=proxmoxve.VmLegacyInitializationUserAccountArgs(
-                        username=worker.ssh_user, keys=list(spec.guest.ssh_public_keys)
+                        username=worker.ssh_user, keys=list(args.ssh_public_keys)
                     ),
                     vendor_data_file_id=vendor_data_file_id,
                 ),
@@ -184,14 +217,16 @@ class GpuWorkerVm(pulumi.ComponentResource):
             static = net.ipv4.split("/")[0]
             address = vm.vm_id.apply(lambda _: static)
         if large_bar and not password_mode:
-            if host_command is None or ssh_private_key is None:
-                raise ValueError("a large-BAR worker in token mode needs host_command and ssh_private_key")
-            node = spec.node(worker.node)
-            user = spec.proxmox.ssh_user
+            if host_command is None or ssh_private_key is None or args.node_ssh_address is None:
+                problem = Problem(
+                    "hostCommand", "a large-BAR worker in token mode needs host_command and ssh_private_key"
+                )
+                raise InvalidComponentArgs(name, [problem])
+            user = args.node_ssh_user
             restart = command.remote.Command(
                 f"{name}-large-bar",
                 command.remote.CommandArgs(
-                    connection=ssh_connection(node.ssh_address, user, ssh_private_key),
+                    connection=ssh_connection(args.node_ssh_address, user, ssh_private_key),
                     create=remote_command(user, [str(worker.vmid), str(MMIO_MB)]),
                     stdin=script("large_bar.sh"),
                 ),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,7 @@ import yaml
 
 from proxmox_gpu_cluster.core.capacity import vgpu_resource
 from proxmox_gpu_cluster.core.catalog import CATALOG
-from proxmox_gpu_cluster.core.inventory import vm_nodes
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.core.nodes import GpuNode
 
 API_VERSION = "kubevirt.io/v1"
 REQUIRED_FEATURE_GATES = ("HostDevices",)
@@ -49,50 +49,50 @@ class MediatedDevice:
     """Extended resource the sandbox device plugin advertises for it (``nvidia.com/NVIDIA_A10-24Q``)."""
 
 
-def passthrough_models(spec: ClusterSpec) -> list[str]:
-    """Catalog keys of every GPU model on a vm-passthrough worker or bare-metal node, in catalog order."""
-    keys = {m.key for n in vm_nodes(spec) if n.workload == "vm-passthrough" for m in n.models}
+def passthrough_models(nodes: Sequence[GpuNode]) -> list[str]:
+    """Catalog keys of every GPU model on a vm-passthrough node, in catalog order."""
+    keys = {m.key for n in nodes if n.workload == "vm-passthrough" for m in n.models}
     return [k for k in CATALOG if k in keys]
 
 
-def vgpu_types(spec: ClusterSpec) -> list[str]:
-    """Every vGPU type a vm-vgpu worker or bare-metal node uses, sorted."""
-    return sorted({n.vgpu_type for n in vm_nodes(spec) if n.workload == "vm-vgpu" and n.vgpu_type})
+def vgpu_types(nodes: Sequence[GpuNode]) -> list[str]:
+    """Every vGPU type a vm-vgpu node uses, sorted."""
+    return sorted({n.vgpu_type for n in nodes if n.workload == "vm-vgpu" and n.vgpu_type})
 
 
-def pci_host_devices(spec: ClusterSpec) -> list[PciHostDevice]:
+def pci_host_devices(nodes: Sequence[GpuNode]) -> list[PciHostDevice]:
     """One entry per PCI id of every passthrough model: a model's variant ids (``10de:20b1`` for an A100 PCIe
     40GB) carry the same pci.ids name (tests/components/test_catalog.py checks it), so the plugin advertises
     them under the model's one resource name."""
     return [
         PciHostDevice(pci_vendor_selector=vd.upper(), resource_name=CATALOG[key].sandbox_resource_name)
-        for key in passthrough_models(spec)
+        for key in passthrough_models(nodes)
         for vd in CATALOG[key].vendor_devices
     ]
 
 
-def mediated_devices(spec: ClusterSpec) -> list[MediatedDevice]:
+def mediated_devices(nodes: Sequence[GpuNode]) -> list[MediatedDevice]:
     """One entry per vGPU type in use."""
-    return [MediatedDevice(mdev_name_selector=f"NVIDIA {t}", resource_name=vgpu_resource(t)) for t in vgpu_types(spec)]
+    return [MediatedDevice(mdev_name_selector=f"NVIDIA {t}", resource_name=vgpu_resource(t)) for t in vgpu_types(nodes)]
 
 
-def feature_gates(spec: ClusterSpec) -> list[str]:
-    """The CR's whole feature-gate list: the spec's gates plus the required ones, sorted and without repeats."""
-    return sorted({*spec.kubevirt.feature_gates, *REQUIRED_FEATURE_GATES})
+def feature_gates(gates: Sequence[str]) -> list[str]:
+    """The CR's whole feature-gate list: the given gates plus the required ones, sorted and without repeats."""
+    return sorted({*gates, *REQUIRED_FEATURE_GATES})
 
 
-def permitted_host_devices(spec: ClusterSpec, *, hyperconverged: bool = False) -> dict[str, Any]:
+def permitted_host_devices(nodes: Sequence[GpuNode], *, hyperconverged: bool = False) -> dict[str, Any]:
     """``permittedHostDevices`` of the KubeVirt CR, or with ``hyperconverged`` of the HCO ``HyperConverged`` CR,
     which spells the PCI selector ``pciDeviceSelector`` and copies the lists into the KubeVirt CR it owns."""
     selector = "pciDeviceSelector" if hyperconverged else "pciVendorSelector"
     permitted: dict[str, Any] = {}
-    pci = pci_host_devices(spec)
+    pci = pci_host_devices(nodes)
     if pci:
         permitted["pciHostDevices"] = [
             {selector: d.pci_vendor_selector, "resourceName": d.resource_name, "externalResourceProvider": True}
             for d in pci
         ]
-    mdev = mediated_devices(spec)
+    mdev = mediated_devices(nodes)
     if mdev:
         permitted["mediatedDevices"] = [
             {
@@ -105,7 +105,7 @@ def permitted_host_devices(spec: ClusterSpec, *, hyperconverged: bool = False) -
     return permitted
 
 
-def kubevirt_patch_spec(spec: ClusterSpec) -> dict[str, Any]:
+def kubevirt_patch_spec(nodes: Sequence[GpuNode], gates: Sequence[str] = ()) -> dict[str, Any]:
     """``spec`` of the patch on the KubeVirt CR.
 
     Both device lists and the gate list are atomic lists in KubeVirt's schema: a server-side apply replaces
@@ -113,8 +113,8 @@ def kubevirt_patch_spec(spec: ClusterSpec) -> dict[str, Any]:
     """
     return {
         "configuration": {
-            "permittedHostDevices": permitted_host_devices(spec),
-            "developerConfiguration": {"featureGates": feature_gates(spec)},
+            "permittedHostDevices": permitted_host_devices(nodes),
+            "developerConfiguration": {"featureGates": feature_gates(gates)},
         }
     }
 
@@ -125,16 +125,18 @@ def docker_config_json(registry: str, username: str, password: str) -> str:
     return json.dumps({"auths": {registry: {"username": username, "password": password, "auth": auth}}})
 
 
-def example_virtual_machines(spec: ClusterSpec, namespace: str = "default") -> list[dict[str, Any]]:
+def example_virtual_machines(
+    nodes: Sequence[GpuNode], ssh_public_keys: Sequence[str], namespace: str = "default"
+) -> list[dict[str, Any]]:
     """A stopped VirtualMachine per permitted GPU resource, each requesting one device by its resource name.
 
     Start one with ``virtctl start <name>``; it runs on a node that advertises the resource.
     """
-    resources = sorted({d.resource_name for d in pci_host_devices(spec)})
-    resources += [d.resource_name for d in mediated_devices(spec)]
+    resources = sorted({d.resource_name for d in pci_host_devices(nodes)})
+    resources += [d.resource_name for d in mediated_devices(nodes)]
     # The stack's SSH keys, so whoever reaches the workers reaches the example VMs (virtctl ssh). Emitted, never
     # concatenated: a key comment is data and cannot add or reshape a key of the document.
-    config = {"ssh_pwauth": False, "ssh_authorized_keys": list(spec.guest.ssh_public_keys)}
+    config = {"ssh_pwauth": False, "ssh_authorized_keys": list(ssh_public_keys)}
     user_data = "#cloud-config\n" + yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=1 << 16)
     return [_virtual_machine(resource, namespace, user_data) for resource in resources]
 

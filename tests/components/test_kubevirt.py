@@ -12,6 +12,7 @@ import pytest
 
 from proxmox_gpu_cluster.core.capacity import capacity_table
 from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
 from proxmox_gpu_cluster.render.kubevirt import docker_config_json, example_virtual_machines, kubevirt_patch_spec
 from tests.support import SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
@@ -29,7 +30,9 @@ def bare_metal(*nodes: dict[str, Any], **kubevirt: Any) -> dict[str, Any]:
 
 
 def permitted(spec: ClusterSpec) -> dict[str, Any]:
-    return dict(kubevirt_patch_spec(spec)["configuration"]["permittedHostDevices"])
+    return dict(
+        kubevirt_patch_spec(gpu_nodes(spec), spec.kubevirt.feature_gates)["configuration"]["permittedHostDevices"]
+    )
 
 
 @pytest.mark.parametrize("key", list(CATALOG))
@@ -73,11 +76,13 @@ def test_passthrough_only_permits_no_mediated_devices() -> None:
 
 def test_feature_gates_keep_the_spec_gates_and_add_host_devices() -> None:
     spec = load_spec(bare_metal(featureGates=["Snapshot", "LiveMigration", "HostDevices", "Snapshot"]))
-    gates = kubevirt_patch_spec(spec)["configuration"]["developerConfiguration"]["featureGates"]
+    gates = kubevirt_patch_spec(gpu_nodes(spec), spec.kubevirt.feature_gates)["configuration"][
+        "developerConfiguration"
+    ]["featureGates"]
     assert gates == ["HostDevices", "LiveMigration", "Snapshot"]
-    assert kubevirt_patch_spec(load_spec(bare_metal()))["configuration"]["developerConfiguration"] == {
-        "featureGates": ["HostDevices"]
-    }
+    assert kubevirt_patch_spec(gpu_nodes(load_spec(bare_metal())), load_spec(bare_metal()).kubevirt.feature_gates)[
+        "configuration"
+    ]["developerConfiguration"] == {"featureGates": ["HostDevices"]}
 
 
 def test_example_vms_request_exactly_what_the_patch_permits() -> None:
@@ -88,7 +93,7 @@ def test_example_vms_request_exactly_what_the_patch_permits() -> None:
     spec = load_spec(raw)
     devices = permitted(spec)
     allowed = {e["resourceName"] for kind in devices.values() for e in kind}
-    vms = example_virtual_machines(spec)
+    vms = example_virtual_machines(gpu_nodes(spec), spec.guest.ssh_public_keys)
     requested = [g["deviceName"] for vm in vms for g in vm["spec"]["template"]["spec"]["domain"]["devices"]["gpus"]]
     assert sorted(requested) == sorted(allowed)  # every permitted resource once, nothing else
     for vm in vms:
@@ -118,7 +123,9 @@ def test_patch_targets_the_configured_kubevirt_cr() -> None:
         "namespace": "kubevirt",
         "annotations": {"pulumi.com/patchForce": "true"},
     }
-    assert inputs["spec"] == kubevirt_patch_spec(load_spec(bare_metal()))
+    assert inputs["spec"] == kubevirt_patch_spec(
+        gpu_nodes(load_spec(bare_metal())), load_spec(bare_metal()).kubevirt.feature_gates
+    )
     assert patch.provider == rec.one("pulumi:providers:kubernetes").urn
     assert "hyperConvergedPermittedHostDevices" not in rec.outputs
     custom = plan_stack(bare_metal(name="kv", namespace="openshift-cnv")).one(PATCH).plain_inputs
