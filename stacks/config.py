@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pulumi
+from pydantic import BaseModel, ValidationError
 
 from proxmox_gpu_cluster.cluster.providers import Secrets
-from proxmox_gpu_cluster.core.errors import SpecError
+from proxmox_gpu_cluster.core.errors import SpecError, problems_from_validation_error
+from proxmox_gpu_cluster.core.nodes import ExistingGpuNode, GpuNode
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
 
+M = TypeVar("M", bound=BaseModel)
 PROJECT = "proxmox-gpu-cluster"
 """This repository's project name, the default config namespace of its own stacks."""
 SPEC_KEY = "cluster"
@@ -119,3 +122,46 @@ def raw_spec_from_stack_file(document: Mapping[str, Any], namespace: str = PROJE
     if not isinstance(config, Mapping):
         return None
     return config.get(f"{namespace}:{SPEC_KEY}", config.get(SPEC_KEY))
+
+
+def load_model(model: type[M], key: str, namespace: str | None = None) -> M:
+    """Any spec model from one structured config key (camelCase keys, as in stack files), e.g.
+    ``load_model(GpuOperatorSpec, "gpuOperator")``; InvalidStackConfig lists every problem."""
+    ns = namespace or pulumi.get_project()
+    return parse_model(model, _config_object(ns, key), f"{ns}:{key}")
+
+
+def parse_model(model: type[M], raw: Any, root: str) -> M:
+    """Validate ``raw`` as ``model``; problems are reported under ``root`` (e.g. ``team:gpuNodes[1].gpus``)."""
+    if raw is None:
+        raise InvalidStackConfig([f"{root}: required config key is not set"])
+    try:
+        return model.model_validate(raw, by_alias=True, by_name=False)
+    except ValidationError as err:
+        raise InvalidStackConfig(SpecError(problems_from_validation_error(err), root).lines) from None
+
+
+def load_nodes(key: str = "gpuNodes", namespace: str | None = None) -> list[GpuNode]:
+    """Existing GPU nodes from a config key holding a list of ``ExistingGpuNode`` (camelCase keys), for programs
+    that run the GPU stack on nodes they did not provision; every problem at once, as InvalidStackConfig."""
+    ns = namespace or pulumi.get_project()
+    raw = _config_object(ns, key)
+    if not isinstance(raw, list) or not raw:
+        raise InvalidStackConfig([f"{ns}:{key}: expected a non-empty list of GPU nodes"])
+    lines: list[str] = []
+    nodes: list[GpuNode] = []
+    for i, item in enumerate(raw):
+        try:
+            nodes.append(parse_model(ExistingGpuNode, item, f"{ns}:{key}[{i}]").resolve())
+        except InvalidStackConfig as err:
+            lines += err.lines
+    if lines:
+        raise InvalidStackConfig(lines)
+    return nodes
+
+
+def _config_object(namespace: str, key: str) -> Any:
+    try:
+        return pulumi.Config(namespace).get_object(key)
+    except pulumi.ConfigTypeError:
+        raise InvalidStackConfig([f"{namespace}:{key}: expected structured YAML, got plain text"]) from None

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_table
+from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_from_output, capacity_table
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.proxmox.pci_mapping import IommuPreflightError
@@ -273,7 +273,10 @@ def plan(
         )
     finally:
         sys.path.remove(str(main.parent))
-    return recording, capacity_table(spec) if spec is not None else []
+    if spec is not None:
+        return recording, capacity_table(spec)
+    # A program without a cluster spec: the table it exports (``capacity_output``), if any.
+    return recording, capacity_from_output(recording.outputs.get("capacity"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ import pulumi_command as command
 from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers
 from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer, build_proxmox
-from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_table, quota_warnings
+from proxmox_gpu_cluster.core.capacity import capacity_output, capacity_table, quota_warnings
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.gpu.dra_driver import DraDriver
@@ -249,7 +249,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.workers = pulumi.Output.from_input(
             {n: {"vmId": vm.vm_id, "ipAddress": vm.ip_address, "nodeName": vm.node_name} for n, vm in layer.vms.items()}
         )
-        self.capacity = pulumi.Output.from_input(capacity_outputs(self.capacity_rows))
+        self.capacity = pulumi.Output.from_input(capacity_output(self.capacity_rows))
         self.iommu_checks = pulumi.Output.from_input(layer.iommu_checks)
         # Whether host prep may reboot each Proxmox node (no, when-idle, yes), so a preview says it too.
         self.host_reboots = pulumi.Output.from_input(
@@ -270,14 +270,6 @@ class GpuCluster(pulumi.ComponentResource):
                 "kubevirtPermittedHostDevices": self.kubevirt_permitted_host_devices,
             }
         )
-
-
-def capacity_outputs(rows: list[WorkerCapacity]) -> dict[str, dict[str, Any]]:
-    """The capacity table as the ``capacity`` output."""
-    return {
-        row.worker: {"proxmoxNode": row.node, "gpus": row.gpus, "workload": row.workload, "resources": row.resources}
-        for row in rows
-    }
 
 
 def export(cluster: GpuCluster) -> None:

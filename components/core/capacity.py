@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel, MigProfile
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes, worker_node
@@ -147,3 +148,39 @@ def quota_warnings(spec: ClusterSpec) -> list[str]:
         for name, count in sorted(q.resources.items())
         if count > total.get(name, 0)
     ]
+
+
+def capacity_output(rows: Sequence[WorkerCapacity]) -> dict[str, dict[str, Any]]:
+    """The capacity table as a stack output (``capacity``): node -> proxmoxNode, gpus, workload, sharing,
+    resources and DRA devices. The offline plan prints a program's table from it."""
+    return {
+        row.worker: {
+            "proxmoxNode": row.node,
+            "gpus": row.gpus,
+            "workload": row.workload,
+            "sharing": row.sharing,
+            "resources": row.resources,
+            "devices": row.devices,
+        }
+        for row in rows
+    }
+
+
+def capacity_from_output(output: Any) -> list[WorkerCapacity]:
+    """Rows back from a ``capacity`` output written by ``capacity_output`` (entries of another shape are skipped)."""
+    rows: list[WorkerCapacity] = []
+    for name, row in (output or {}).items() if isinstance(output, dict) else ():
+        if not isinstance(row, dict) or not isinstance(row.get("resources"), dict):
+            continue
+        rows.append(
+            WorkerCapacity(
+                worker=str(name),
+                node=str(row.get("proxmoxNode") or BARE_METAL),
+                gpus={str(k): int(v) for k, v in (row.get("gpus") or {}).items()},
+                workload=str(row.get("workload") or "container"),
+                sharing=str(row.get("sharing") or "none"),
+                resources={str(k): int(v) for k, v in row["resources"].items()},
+                devices={str(k): int(v) for k, v in (row.get("devices") or {}).items()},
+            )
+        )
+    return rows
