@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STACK  ?= dev
 STAMP  := $(VENV)/.installed
 
-.PHONY: plan test lint typecheck unit bench clean FORCE
+.PHONY: plan test test-minimum lint typecheck unit bench clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,9 +43,18 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+## The test suite once more against the declared dependency floors (constraints/minimum.txt), in .venv-minimum.
+test-minimum: | $(BIN)/python
+	$(PYTHON) -m venv .venv-minimum
+	.venv-minimum/bin/python -m pip install --quiet --upgrade pip
+	.venv-minimum/bin/python -m pip install --quiet -c constraints/minimum.txt -e '.[test]' --config-settings editable_mode=strict
+	.venv-minimum/bin/python -m pip list --format=freeze | grep -iE '^(pulumi|pydantic|pyyaml)'
+	.venv-minimum/bin/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=strict
+
 ## Offline-plan scale benchmark (prints wall time and peak memory for 1..1000 workers).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_scale.py
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-minimum build .pytest_cache .mypy_cache .ruff_cache

@@ -25,7 +25,11 @@ HARMLESS = ("byte-compiling is disabled",)
 def dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("dist")
     result = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+        cwd=out,  # not the repository: its build/ (the editable link tree) would shadow the build package
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return out, result.stdout + result.stderr
