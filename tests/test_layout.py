@@ -58,3 +58,41 @@ def test_imports_point_down_the_layers(module: str, path: Path) -> None:
         return
     used = {layer(i) for i in found if i.startswith("proxmox_gpu_cluster.")}
     assert used <= ALLOWED[own], f"{module} imports {used - ALLOWED[own]}"
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """Modules imported when ``path`` runs: every import except those under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text())
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for n in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found
+
+
+def test_no_import_cycles_at_run_time() -> None:
+    graph = {m: {i for i in runtime_imports(p) if i.startswith("proxmox_gpu_cluster.")} for m, p in modules()}
+    state: dict[str, int] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        if state.get(module) == 2:  # done
+            return
+        assert state.get(module) != 1, "import cycle: " + " -> ".join([*trail, module])
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            visit(target, [*trail, module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert "proxmox_gpu_cluster.core.validation" in graph["proxmox_gpu_cluster.core.spec"]  # the former cycle

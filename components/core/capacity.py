@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel, MigProfile
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes, worker_node
 from proxmox_gpu_cluster.core.nodes import GpuNode
-from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
+
+if TYPE_CHECKING:
+    # Types only: the spec module runs the cross-field validation, which imports this module.
+    from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
 
 GPU = "nvidia.com/gpu"
 DRA_GPU = "gpu.nvidia.com"

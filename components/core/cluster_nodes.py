@@ -6,11 +6,15 @@ the capacity table build on it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.inventory import worker_gpus
 from proxmox_gpu_cluster.core.nodes import GpuNode, NodeGpu
-from proxmox_gpu_cluster.core.spec import ClusterSpec, KubeVirtNode, Worker
+
+if TYPE_CHECKING:
+    # Types only: the spec module runs the cross-field validation, which imports this module.
+    from proxmox_gpu_cluster.core.spec import ClusterSpec, KubeVirtNode, Worker
 
 
 def worker_node(spec: ClusterSpec, worker: Worker) -> GpuNode:

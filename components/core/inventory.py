@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.nodes import NodeGpu
-from proxmox_gpu_cluster.core.spec import ClusterSpec, GpuAssignment, HostGpu, MigConfig, Worker
+
+if TYPE_CHECKING:
+    # Types only: the spec module runs the cross-field validation, which imports this module.
+    from proxmox_gpu_cluster.core.spec import ClusterSpec, GpuAssignment, HostGpu, MigConfig, Worker
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from proxmox_gpu_cluster.core.spec_base import (
     check_vendor_device,
 )
 from proxmox_gpu_cluster.core.ssh_keys import check_public_key
+from proxmox_gpu_cluster.core.validation import cross_check
 from proxmox_gpu_cluster.core.worker_spec import GpuAssignment, Image, Network, TimeSlicing, Worker
 
 __all__ = [
@@ -329,8 +330,6 @@ class ClusterSpec(SpecModel):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ClusterSpec:
-        from proxmox_gpu_cluster.core.validation import cross_check  # noqa: PLC0415 (validation imports this module)
-
         problems = cross_check(self)
         if problems:
             raise SpecViolations(problems)

@@ -7,16 +7,19 @@ these run once every field is well-formed, and all of their problems are reporte
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from proxmox_gpu_cluster.core.capacity import cluster_capacity, smoke_test_resource
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
 from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.inventory import effective_mig, find_host_gpu, worker_gpus
 from proxmox_gpu_cluster.core.mig import geometry_problems
-from proxmox_gpu_cluster.core.spec import ClusterSpec, MigConfig, Worker
 from proxmox_gpu_cluster.core.validation_hosts import host_problems
 from proxmox_gpu_cluster.core.validation_kubevirt import kubevirt_problems, vm_worker_problems
+
+if TYPE_CHECKING:
+    # Types only: the spec module runs the cross-field validation, which imports this module.
+    from proxmox_gpu_cluster.core.spec import ClusterSpec, MigConfig, Worker
 
 MAX_HOSTPCI = 16
 """Proxmox VE offers hostpci0..hostpci15 per VM (qm.conf(5))."""

@@ -5,9 +5,14 @@ Part of the rules ``components.validation.cross_check`` runs; each function retu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from proxmox_gpu_cluster.core.errors import Problem
-from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.core.spec_base import endpoint_host
+
+if TYPE_CHECKING:
+    # Types only: the spec module runs the cross-field validation, which imports this module.
+    from proxmox_gpu_cluster.core.spec import ClusterSpec
 
 RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 """Namespaces every cluster has: the stack creates (and on destroy would delete) the ones it installs into."""

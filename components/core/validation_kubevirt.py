@@ -5,11 +5,15 @@ Manager image. Pure; part of the rules ``components.validation.cross_check`` run
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
 from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.inventory import find_host_gpu
-from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
+
+if TYPE_CHECKING:
+    # Types only: the spec module runs the cross-field validation, which imports this module.
+    from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
 
 
 def vm_worker_problems(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
