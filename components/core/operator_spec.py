@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -21,6 +21,45 @@ class SmokeTestSpec(SpecModel):
         description="Container image; the NVIDIA runtime injects nvidia-smi from the host driver.",
     )
     timeout_seconds: Int = Field(default=600, ge=60, le=7200, description="activeDeadlineSeconds of the Job.")
+
+
+class DriverDrainSpec(SpecModel):
+    """How the operator's upgrade controller drains a node before it swaps the driver."""
+
+    enable: bool = Field(default=True, description="Drain the node (cordon, evict every pod) before the upgrade.")
+    force: bool = Field(default=False, description="Also evict pods that no controller manages (they are lost).")
+    timeout_seconds: Int = Field(default=300, ge=0, le=86_400, description="Give up draining after this long.")
+    delete_empty_dir: bool = Field(default=False, description="Evict pods with emptyDir volumes (their data is lost).")
+
+
+class GpuPodDeletionSpec(SpecModel):
+    """How the upgrade controller deletes the pods that use a GPU before the driver is swapped."""
+
+    force: bool = Field(default=False, description="Also delete GPU pods that no controller manages.")
+    timeout_seconds: Int = Field(default=300, ge=0, le=86_400, description="Give up deleting after this long.")
+    delete_empty_dir: bool = Field(default=False, description="Delete GPU pods with emptyDir volumes.")
+
+
+class DriverUpgradeSpec(SpecModel):
+    """``driver.upgradePolicy`` of the operator's driver container: how a new driver rolls over the nodes."""
+
+    auto_upgrade: bool = Field(default=True, description="Let the operator roll a new driver version node by node.")
+    max_parallel_upgrades: Int = Field(
+        default=1, ge=1, le=10_000, description="Nodes upgraded at the same time (1: one node at a time)."
+    )
+    max_unavailable: Int | Annotated[str, Field(pattern=r"^(100|[1-9]?[0-9])%$")] = Field(
+        default=1, description="GPU nodes that may be unavailable during the roll: a count or a percentage."
+    )
+    wait_for_completion_seconds: Int = Field(
+        default=0, ge=0, le=86_400, description="Wait this long for matching jobs to finish first (0: do not wait)."
+    )
+    wait_for_completion_pod_selector: str = Field(
+        default="", max_length=1024, description="Label selector of the jobs to wait for."
+    )
+    gpu_pod_deletion: GpuPodDeletionSpec = Field(
+        default_factory=GpuPodDeletionSpec, description="Deleting the pods that use the GPU."
+    )
+    drain: DriverDrainSpec = Field(default_factory=DriverDrainSpec, description="Draining the node.")
 
 
 class DraSpec(SpecModel):
@@ -45,7 +84,15 @@ class GpuOperatorSpec(SpecModel):
         description="host: the guest bootstrap installs the driver; operator: a driver container.",
     )
     driver_branch: DriverBranch = Field(default="580", description="Driver branch, e.g. ``580``.")
-    driver_version: DriverVersion | None = Field(default=None, description="Exact driver version to pin.")
+    driver_version: DriverVersion | None = Field(
+        default=None,
+        description="Exact driver version to pin; in operator mode the branch's tested version by default "
+        "(proxmox_gpu_cluster.core.drivers), never the chart's.",
+    )
+    driver_upgrade: DriverUpgradeSpec = Field(
+        default_factory=DriverUpgradeSpec,
+        description="How the operator rolls a new driver over the nodes (operator mode): one node at a time, drained.",
+    )
     kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
         default="auto", description="Open or proprietary kernel modules; auto lets the driver choose."
     )

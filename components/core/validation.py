@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from proxmox_gpu_cluster.core.capacity import cluster_capacity, smoke_test_resource
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
+from proxmox_gpu_cluster.core.drivers import OPERATOR_DRIVER_VERSIONS, operator_driver_version
 from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.inventory import effective_mig, find_host_gpu, worker_gpus
 from proxmox_gpu_cluster.core.mig import geometry_problems
@@ -39,6 +40,7 @@ def cross_check(spec: ClusterSpec) -> list[Problem]:
     for i, worker in enumerate(spec.workers):
         problems.extend(_worker(spec, i, worker))
     problems.extend(_driver_branch(spec))
+    problems.extend(_operator_driver_version(spec))
     problems.extend(_operator_off(spec))
     problems.extend(_mig_strategy(spec))
     problems.extend(_dra(spec))
@@ -181,6 +183,21 @@ def _mig_config_problems(model: GpuModel, config: MigConfig) -> list[str]:
     if not config:
         return ["empty MIG geometry; use all-disabled to turn MIG off"]
     return geometry_problems(model, config)
+
+
+def _operator_driver_version(spec: ClusterSpec) -> list[Problem]:
+    """In operator mode the driver version is always explicit: pinned, or the branch's tested version."""
+    op = spec.gpu_operator
+    if op.driver_mode != "operator" or operator_driver_version(op.driver_branch, op.driver_version) is not None:
+        return []
+    known = ", ".join(f"{b} ({v})" for b, v in OPERATOR_DRIVER_VERSIONS.items())
+    return [
+        Problem(
+            "gpuOperator.driverVersion",
+            f"branch {op.driver_branch} has no tested driver version here (known: {known}); pin one, e.g. "
+            f"{op.driver_branch}.xx.yy, so a chart bump never changes the driver",
+        )
+    ]
 
 
 def _driver_branch(spec: ClusterSpec) -> list[Problem]:

@@ -13,8 +13,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from proxmox_gpu_cluster.core.drivers import operator_driver_version
 from proxmox_gpu_cluster.core.nodes import GpuNode
-from proxmox_gpu_cluster.core.operator_spec import GpuOperatorSpec
+from proxmox_gpu_cluster.core.operator_spec import DriverUpgradeSpec, GpuOperatorSpec
 from proxmox_gpu_cluster.core.spec import VgpuManagerSpec
 
 DRA_NODE_LABEL = "nvidia.com/dra-kubelet-plugin"
@@ -43,6 +44,30 @@ def default_vgpu_config(nodes: Sequence[GpuNode]) -> str:
     config name; every node the stack labels gets its own type anyway."""
     types = Counter(n.vgpu_type for n in nodes if n.workload == "vm-vgpu" and n.vgpu_type)
     return min(types, key=lambda t: (-types[t], t)) if types else "default"
+
+
+def upgrade_policy(upgrade: DriverUpgradeSpec) -> dict[str, Any]:
+    """``driver.upgradePolicy``: the operator's upgrade controller rolls a new driver over the nodes, draining each."""
+    return {
+        "autoUpgrade": upgrade.auto_upgrade,
+        "maxParallelUpgrades": upgrade.max_parallel_upgrades,
+        "maxUnavailable": upgrade.max_unavailable,
+        "waitForCompletion": {
+            "timeoutSeconds": upgrade.wait_for_completion_seconds,
+            "podSelector": upgrade.wait_for_completion_pod_selector,
+        },
+        "gpuPodDeletion": {
+            "force": upgrade.gpu_pod_deletion.force,
+            "timeoutSeconds": upgrade.gpu_pod_deletion.timeout_seconds,
+            "deleteEmptyDir": upgrade.gpu_pod_deletion.delete_empty_dir,
+        },
+        "drain": {
+            "enable": upgrade.drain.enable,
+            "force": upgrade.drain.force,
+            "timeoutSeconds": upgrade.drain.timeout_seconds,
+            "deleteEmptyDir": upgrade.drain.delete_empty_dir,
+        },
+    }
 
 
 def operator_values(
@@ -75,8 +100,11 @@ def operator_values(
     }
     if not host_driver:
         values["driver"]["kernelModuleType"] = op.kernel_module_type
-        if op.driver_version is not None:
-            values["driver"]["version"] = op.driver_version
+        # Always explicit (validation guarantees one): the chart's default driver changes with the chart.
+        version = operator_driver_version(op.driver_branch, op.driver_version)
+        if version is not None:
+            values["driver"]["version"] = version
+        values["driver"]["upgradePolicy"] = upgrade_policy(op.driver_upgrade)
     if device_plugin_config is not None:
         values["devicePlugin"] = {
             "config": {"name": device_plugin_config, "default": device_plugin_default or "", "create": False}

@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from proxmox_gpu_cluster.cluster.adapters import gpu_stack
+from proxmox_gpu_cluster.core.drivers import OPERATOR_DRIVER_VERSIONS
+from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
 from proxmox_gpu_cluster.render.operator_values import dra_values
 from proxmox_gpu_cluster.render.operator_values import operator_values as render_values
@@ -124,7 +126,9 @@ def test_variants_cover_the_optional_paths() -> None:
             "driver.manager.env", "sandboxWorkloads.enabled", "sandboxWorkloads.defaultWorkload",
             "vfioManager.enabled", "sandboxDevicePlugin.enabled", "vgpuDeviceManager.enabled",
             "vgpuManager.repository", "vgpuManager.image", "vgpuManager.version", "vgpuManager.imagePullSecrets",
-            "vgpuDeviceManager.config.name", "vgpuDeviceManager.config.default"} <= seen  # fmt: skip
+            "vgpuDeviceManager.config.name", "vgpuDeviceManager.config.default",
+            "driver.upgradePolicy.drain.enable", "driver.upgradePolicy.maxUnavailable",
+            "driver.upgradePolicy.gpuPodDeletion.timeoutSeconds"} <= seen  # fmt: skip
 
 
 def test_a_mistyped_path_would_be_caught() -> None:
@@ -147,8 +151,52 @@ def test_operator_driver_mode_pins_version() -> None:
     raw = base_spec()
     raw["gpuOperator"].update(driverMode="operator", driverVersion="580.95.05", kernelModuleType="open")
     values = operator_values(load_spec(raw))
+    policy = values["driver"].pop("upgradePolicy")
     assert values["driver"] == {"enabled": True, "kernelModuleType": "open", "version": "580.95.05"}
     assert values["toolkit"] == {"enabled": True}
+    # One node at a time, drained first, whatever the chart's defaults (25%, no drain)
+    assert policy["maxParallelUpgrades"] == 1 and policy["maxUnavailable"] == 1 and policy["drain"]["enable"]
+
+
+@pytest.mark.parametrize("branch", sorted(OPERATOR_DRIVER_VERSIONS))
+def test_a_branch_resolves_to_the_same_tested_version_with_either_chart(branch: str) -> None:
+    versions = set()
+    for tag in CHART_VERSIONS:
+        raw = base_spec()
+        raw["gpuOperator"].update(driverMode="operator", driverBranch=branch, kernelModuleType="open", chartVersion=tag)
+        versions.add(operator_values(load_spec(raw))["driver"]["version"])
+    assert versions == {OPERATOR_DRIVER_VERSIONS[branch]}  # a chart bump never changes the driver by itself
+
+
+def test_the_version_table_comes_from_the_charts_the_project_supports() -> None:
+    pinned = {_load(tag, "values.yaml")["driver"]["version"] for tag in CHART_VERSIONS}
+    assert set(OPERATOR_DRIVER_VERSIONS.values()) == pinned
+    assert all(version.startswith(f"{branch}.") for branch, version in OPERATOR_DRIVER_VERSIONS.items())
+
+
+def test_an_unknown_branch_without_a_pinned_version_is_refused() -> None:
+    raw = base_spec()
+    raw["gpuOperator"].update(driverMode="operator", driverBranch="570", kernelModuleType="open")
+    with pytest.raises(SpecError) as err:
+        load_spec(raw)
+    assert any(
+        line.startswith("cluster.gpuOperator.driverVersion: branch 570 has no tested driver version")
+        for line in err.value.lines
+    )
+
+
+def test_upgrade_policy_from_the_spec() -> None:
+    raw = base_spec()
+    raw["gpuOperator"].update(driverMode="operator", kernelModuleType="open", driverUpgrade={
+        "maxParallelUpgrades": 2, "maxUnavailable": "50%", "drain": {"timeoutSeconds": 900, "deleteEmptyDir": True},
+        "gpuPodDeletion": {"force": True}, "waitForCompletionSeconds": 600,
+        "waitForCompletionPodSelector": "app=training"})  # fmt: skip
+    policy = operator_values(load_spec(raw))["driver"]["upgradePolicy"]
+    assert policy["maxParallelUpgrades"] == 2 and policy["maxUnavailable"] == "50%"
+    assert policy["drain"] == {"enable": True, "force": False, "timeoutSeconds": 900, "deleteEmptyDir": True}
+    assert policy["gpuPodDeletion"]["force"] is True
+    assert policy["waitForCompletion"] == {"timeoutSeconds": 600, "podSelector": "app=training"}
+    assert unknown_in(policy, _load("v26.7.0", "values.yaml")["driver"]["upgradePolicy"]) == []
 
 
 def test_values_are_deterministic() -> None:

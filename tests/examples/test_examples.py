@@ -36,7 +36,7 @@ def test_bare_metal_gpu_stack_needs_no_proxmox() -> None:
         assert label.startswith("time-slicing-4-") and label in config_map["data"]  # computed once, agrees
     values = rec.one("kubernetes:helm.sh/v3:Release").plain_inputs["values"]
     assert values["devicePlugin"]["config"]["name"] == config_map["metadata"]["name"]
-    assert values["driver"] == {"enabled": True, "kernelModuleType": "open", "version": "580.95.05"}
+    assert values["driver"]["version"] == "580.95.05" and values["driver"]["upgradePolicy"]["maxUnavailable"] == 1
     quota = rec.one("kubernetes:core/v1:ResourceQuota").plain_inputs
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "8"}
     assert rec.outputs["capacity"]["gpu-bm-01"]["resources"] == {"nvidia.com/gpu": 8}
