@@ -10,6 +10,7 @@ from proxmox_gpu_cluster.core.capacity import smoke_test_resource
 from proxmox_gpu_cluster.core.cluster_nodes import MonitoringTargets, gpu_nodes, monitoring_targets
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
 from proxmox_gpu_cluster.core.inventory import worker_gpus
+from proxmox_gpu_cluster.core.names import short_hash
 from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
 from proxmox_gpu_cluster.proxmox.worker_vm import WorkerVmArgs
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
@@ -49,4 +50,14 @@ def worker_vm(spec: ClusterSpec, worker: Worker) -> WorkerVmArgs:
         password_auth=spec.proxmox.auth_mode == "password",
         node_ssh_address=spec.node(worker.node).ssh_address,
         node_ssh_user=spec.proxmox.ssh_user,
+    )
+
+
+def smoke_test_rerun_key(spec: ClusterSpec, stack: GpuStack) -> str:
+    """What the smoke-test Job depends on: the driver build, the sharing ConfigMaps (time-slicing, MIG geometry).
+    A change of any of them re-runs the Job."""
+    op = spec.gpu_operator
+    return short_hash(
+        "|".join([op.driver_mode, op.driver_branch, op.driver_version or "", stack.device_plugin.name, stack.mig.name]),
+        12,
     )

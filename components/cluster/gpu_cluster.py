@@ -21,9 +21,11 @@ from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas
 from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices
 from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses
 from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest
+from proxmox_gpu_cluster.guest.capacity_gate import NodeCapacityGate
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
 from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
 from proxmox_gpu_cluster.render.disruption import host_reboot
+from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 from proxmox_gpu_cluster.render.kubevirt import permitted_host_devices
 
 
@@ -55,6 +57,47 @@ def build_guests(
             opts=opts,
         )
     return bootstraps
+
+
+def build_capacity_gates(
+    prefix: str,
+    spec: ClusterSpec,
+    stack: GpuStack,
+    bootstraps: dict[str, GuestBootstrap],
+    *,
+    after: list[pulumi.Resource],
+    labels: GpuNodeLabels | None,
+    secrets: Secrets,
+    provider: command.Provider,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, NodeCapacityGate]:
+    """Per joined worker whose row advertises extended resources: once the operator and the node's labels are in,
+    wait until the node advertises them (kubeadm-joined nodes, where kubelet's credential is known)."""
+    seconds = spec.gpu_operator.capacity_gate_seconds
+    if seconds == 0 or spec.kubernetes.join_method != "kubeadm":
+        return {}
+    gates: dict[str, NodeCapacityGate] = {}
+    rows = {row.worker: row for row in stack.capacity()}
+    for worker in spec.workers:
+        bootstrap, row = bootstraps.get(worker.name), rows.get(worker.name)
+        if bootstrap is None or row is None or not row.resources:
+            continue
+        patch = labels.patches.get(worker.name) if labels is not None else None
+        gates[worker.name] = NodeCapacityGate(
+            f"{prefix}-{worker.name}-capacity",
+            node_name=worker.name,
+            resources=row.resources,
+            provider=provider,
+            host=bootstrap.host,
+            user=worker.ssh_user,
+            ssh_private_key=secrets.ssh_private_key,
+            timeout_seconds=seconds,
+            device_plugin_config=stack.device_plugin.node_config.get(worker.name) if not worker.dra else None,
+            replace_with=[bootstrap.final_step],
+            depends_on=[*after, *([patch] if patch is not None else [])],
+            opts=opts,
+        )
+    return gates
 
 
 def build_retirements(
@@ -205,14 +248,19 @@ class GpuCluster(pulumi.ComponentResource):
                     mig=targets.mig,
                     opts=child,
                 )
+            gates = build_capacity_gates(
+                name, spec, stack, self.bootstraps, after=[operator], labels=labels, secrets=secrets,
+                provider=self.providers.command, opts=child,
+            )  # fmt: skip
             if op.smoke_test.enabled:
                 GpuSmokeTest(
                     f"{name}-gpu-smoke-test",
                     op.smoke_test,
                     resource=adapters.smoke_test_resource(spec) or "nvidia.com/gpu",  # validation: never None here
+                    rerun_key=adapters.smoke_test_rerun_key(spec, stack),
                     provider=k8s,
                     namespace=operator.namespace,
-                    depends_on=[operator],
+                    depends_on=[operator, *gates.values()],
                     opts=child,
                 )
         if stack.uses_dra:

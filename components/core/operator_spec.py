@@ -105,6 +105,13 @@ class GpuOperatorSpec(SpecModel):
     nfd: bool = Field(default=True, description="Deploy Node Feature Discovery; off when the cluster has it.")
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description="DCGM metrics and alerts.")
     smoke_test: SmokeTestSpec = Field(default_factory=SmokeTestSpec, description="Post-install smoke test.")
+    capacity_gate_seconds: Int = Field(
+        default=600,
+        ge=0,
+        le=7200,
+        description="After the GPU stack, wait at most this long for each worker node to advertise what the "
+        "capacity table says, and fail the update naming the node otherwise (0: no gate).",
+    )
     dra: DraSpec = Field(default_factory=DraSpec, description="DRA driver settings (used by ``dra`` workers).")
 
     @model_validator(mode="after")

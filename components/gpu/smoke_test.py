@@ -9,6 +9,8 @@ import pulumi_kubernetes as kubernetes
 
 from proxmox_gpu_cluster.core.operator_spec import SmokeTestSpec
 
+RERUN_ANNOTATION = "proxmox-gpu-cluster.io/depends-on"
+"""Pod-template annotation carrying the rerun key (a Job's template is immutable: a change replaces the Job)."""
 SMOKE_TEST_LABEL = {"app.kubernetes.io/name": "gpu-smoke-test", "app.kubernetes.io/part-of": "proxmox-gpu-cluster"}
 
 
@@ -30,6 +32,7 @@ class GpuSmokeTest(pulumi.ComponentResource):
         test: SmokeTestSpec,
         *,
         resource: str,
+        rerun_key: str = "",
         provider: kubernetes.Provider,
         namespace: pulumi.Input[str],
         depends_on: Sequence[pulumi.Resource] = (),
@@ -37,7 +40,8 @@ class GpuSmokeTest(pulumi.ComponentResource):
     ) -> None:
         """``resource``: the extended resource the Job requests one unit of (e.g. ``nvidia.com/gpu``; the cluster
         picks it with ``smoke_test_resource``). ``depends_on``: the operator release (the Job needs its device
-        plugin and RuntimeClass)."""
+        plugin and RuntimeClass). ``rerun_key``: a digest of what the test depends on (driver build, sharing
+        configuration); a new key is a new pod template, which replaces the Job, so the test runs again."""
         super().__init__("proxmox-gpu-cluster:smoke_test:GpuSmokeTest", name, None, opts)
         pod = kubernetes.core.v1.PodSpecArgs(
             restart_policy="Never",
@@ -73,7 +77,11 @@ class GpuSmokeTest(pulumi.ComponentResource):
                     backoff_limit=1,
                     active_deadline_seconds=test.timeout_seconds,
                     template=kubernetes.core.v1.PodTemplateSpecArgs(
-                        metadata=kubernetes.meta.v1.ObjectMetaArgs(labels=SMOKE_TEST_LABEL), spec=pod
+                        metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                            labels=SMOKE_TEST_LABEL,
+                            annotations={RERUN_ANNOTATION: rerun_key} if rerun_key else None,
+                        ),
+                        spec=pod,
                     ),
                 ),
             ),

@@ -41,6 +41,8 @@ class GuestBootstrap(pulumi.ComponentResource):
     purges the driver only when ``purge_driver_on_destroy`` is set.
     """
 
+    host: pulumi.Output[str]
+    """The address the steps connect to (for whatever else must run on the host later)."""
     node_name: pulumi.Output[str]
     """The Kubernetes node name the host joined as."""
     rebooted: pulumi.Output[bool]
@@ -129,6 +131,7 @@ class GuestBootstrap(pulumi.ComponentResource):
             last = step("join", join_args(bootstrap), last, pulumi.Output.secret(stdin), secret=True)
         verify = step("verify", verify_args(bootstrap), last, step_script("verify"))
         self.node_name = pulumi.Output.from_input(bootstrap.node_name)
+        self.host = pulumi.Output.from_input(host)
         self.rebooted = driver.stdout.apply(lambda out: REBOOT_SCHEDULED in (out or ""))
         self.verification = verify.stdout
         self.final_step = verify

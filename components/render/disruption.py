@@ -72,6 +72,24 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
         "vmRestarts": "never by the provider: changes that need one stay pending until the VM is restarted",
         "driverChangeReboots": spec.gpu_operator.driver_mode == "host"
         and any(w.workload == "container" for w in spec.workers),
+        "operatorDriverRoll": _operator_roll(spec),
+        "capacityGateSeconds": spec.gpu_operator.capacity_gate_seconds
+        if spec.kubernetes.join_method == "kubeadm"
+        else 0,
+    }
+
+
+def _operator_roll(spec: ClusterSpec) -> dict[str, object] | None:
+    """How the operator's upgrade controller rolls a new driver (operator driver mode only)."""
+    op = spec.gpu_operator
+    if op.driver_mode != "operator" or not op.enabled:
+        return None
+    up = op.driver_upgrade
+    return {
+        "autoUpgrade": up.auto_upgrade,
+        "maxParallelUpgrades": up.max_parallel_upgrades,
+        "maxUnavailable": up.max_unavailable,
+        "drain": up.drain.enable,
     }
 
 
@@ -97,5 +115,20 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
             "Guest reboots: a new driver build or branch is installed on every worker at once, and a guest whose old "
             "module is loaded reboots without a drain; change gpuOperator.driverBranch/driverVersion in a "
             "maintenance window (driver changes do not roll node by node yet)"
+        )
+    roll = _operator_roll(spec)
+    if roll is not None:
+        nodes = sum(1 for w in spec.workers if w.workload == "container")
+        how = "drained first" if roll["drain"] else "GPU pods deleted, the node not drained"
+        lines.append(
+            f"Driver changes (operator mode): the operator's upgrade controller rolls them over the {nodes} container "
+            f"worker(s), {roll['maxParallelUpgrades']} at a time (at most {roll['maxUnavailable']} unavailable), {how}"
+            + ("" if roll["autoUpgrade"] else "; autoUpgrade is off, so it waits for you to label nodes for upgrade")
+        )
+    gate = spec.gpu_operator.capacity_gate_seconds
+    if gate and spec.kubernetes.join_method == "kubeadm":
+        lines.append(
+            f"After every change to the GPU stack each worker must advertise its capacity row within {gate} s, or the "
+            "update fails naming the node"
         )
     return lines

@@ -61,6 +61,24 @@ def retire_stdin(kubeconfig: str) -> str:
     return assignments({KUBECONFIG_VAR: kubeconfig, GUEST_SCRIPT_VAR: drain_script()}) + script("retire_vm.sh")
 
 
+def capacity_script() -> str:
+    """What a guest runs for the capacity gate: the shared helpers followed by ``guest_capacity.sh``."""
+    return script("guest_lib.sh") + "\n" + script("guest_capacity.sh")
+
+
+def capacity_args(
+    node_name: str, resources: Mapping[str, int], *, timeout: int = 600, device_plugin_config: str | None = None
+) -> list[str]:
+    """guest_capacity.sh arguments: every resource the node must advertise, in a stable order (a new expectation
+    is a new command, so the gate runs again)."""
+    args = ["--node", node_name, "--timeout", str(timeout)]
+    for resource, count in sorted(resources.items()):
+        args += ["--expect", f"{resource}={count}"]
+    if device_plugin_config:
+        args += ["--device-plugin-config", device_plugin_config]
+    return args
+
+
 def driver_args(b: GuestBootstrapSpec) -> list[str]:
     """guest_driver.sh arguments (the pins live here, so a version bump is an update of this step)."""
     args = ["--mode", b.driver_mode, "--branch", b.driver_branch, "--flavor", b.driver_flavor]

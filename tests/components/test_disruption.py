@@ -41,3 +41,20 @@ def test_lines_and_document() -> None:
     }
     raw["kubernetes"]["joinMethod"] = "none"
     assert "kubeadm reset" not in disruption(load_spec(raw))["workerRemoval"]["order"]  # type: ignore[index]
+
+
+def test_operator_mode_says_how_a_driver_change_rolls() -> None:
+    raw = base_spec()
+    raw["gpuOperator"].update(driverMode="operator", kernelModuleType="open")
+    lines = disruption_lines(load_spec(raw))
+    roll = [line for line in lines if line.startswith("Driver changes (operator mode)")]
+    assert roll == [
+        "Driver changes (operator mode): the operator's upgrade controller rolls them over the 3 container worker(s), "
+        "1 at a time (at most 1 unavailable), drained first"
+    ]
+    assert not [line for line in lines if line.startswith("Guest reboots")]
+    assert disruption(load_spec(raw))["operatorDriverRoll"] == {
+        "autoUpgrade": True, "maxParallelUpgrades": 1, "maxUnavailable": 1, "drain": True
+    }  # fmt: skip
+    gate = [line for line in lines if line.startswith("After every change to the GPU stack")]
+    assert gate and "within 600 s" in gate[0]

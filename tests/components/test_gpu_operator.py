@@ -101,12 +101,15 @@ def test_changing_replicas_changes_only_configmap_name_and_values() -> None:
         for r in after.resources
         if r.type != "pulumi:pulumi:Stack" and r.plain_inputs != before.named(r.name).plain_inputs
     }
-    # the ConfigMap (new content-addressed name), the release values that carry it, the one node label
+    # the ConfigMap (new content-addressed name), the release values that carry it, the one node label, and that
+    # node's capacity gate (it now expects nvidia.com/gpu=16), which runs again
     assert changed == {
         "cluster-gpu-operator-device-plugin-config",
         "cluster-gpu-operator-release",
         "cluster-gpu-nodes-ts-1",
+        "cluster-ts-1-capacity-check",
     }
+    assert "--expect nvidia.com/gpu=16" in after.named("cluster-ts-1-capacity-check").plain_inputs["create"]
     old_name = before.named("cluster-gpu-operator-device-plugin-config").plain_inputs["metadata"]["name"]
     new_name = after.named("cluster-gpu-operator-device-plugin-config").plain_inputs["metadata"]["name"]
     assert old_name != new_name
