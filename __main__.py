@@ -3,4 +3,5 @@
 from proxmox_gpu_cluster import GpuCluster, export, load
 
 spec, secrets = load()
-export(GpuCluster("cluster", spec, secrets))
+# The stacks created their resources at the root before GpuCluster existed: aliases keep every URN's identity.
+export(GpuCluster("cluster", spec, secrets, aliases_from_stack_root=True))

@@ -103,6 +103,8 @@ class RecordedResource:
     retain_on_delete: bool
     replace_with: list[str] = field(default_factory=list)
     """URNs whose replacement replaces this resource too."""
+    aliases: list[dict[str, Any]] = field(default_factory=list)
+    """Alias specs as sent to the engine: ``name``, ``type``, ``parentUrn`` or ``noParent`` (empty: unchanged)."""
     id: str = ""
     custom_timeouts: dict[str, str] = field(default_factory=dict)
     """create/update/delete timeouts that were set (e.g. ``{"create": "660s"}``)."""
@@ -277,6 +279,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 delete_before_replace=bool(request.deleteBeforeReplace),
                 retain_on_delete=bool(request.retainOnDelete),
                 replace_with=list(request.replace_with),
+                aliases=[_alias(a) for a in request.aliases],
                 id=response.id,
                 custom_timeouts=_timeouts(request),
                 outputs=dict(state.state) if state is not None else {},
@@ -309,6 +312,12 @@ class _ListHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.sink.append((record.levelname.lower(), record.getMessage()))
+
+
+def _alias(alias: Any) -> dict[str, Any]:
+    spec = alias.spec
+    out: dict[str, Any] = {"name": spec.name, "type": spec.type}
+    return out | {f: getattr(spec, f) for f in ("parentUrn", "noParent") if spec.HasField(f)}
 
 
 def _config_value(value: Any) -> str:

@@ -212,7 +212,7 @@ def plan_stack(
     config, keys = stack_config(raw)
     mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
     return run(
-        lambda: export(GpuCluster("cluster", *load())),
+        lambda: export(GpuCluster("cluster", *load(), aliases_from_stack_root=True)),
         stack=stack,
         config=config,
         secret_keys=keys,

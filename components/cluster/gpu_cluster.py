@@ -155,6 +155,20 @@ def warn_experimental(spec: ClusterSpec) -> None:
         )
 
 
+def _alias_from_root(cluster: pulumi.Resource, prefix: str) -> pulumi.ResourceTransformation:
+    """A transformation giving each direct child of ``cluster`` an alias to its old name at the stack root."""
+
+    def transform(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult | None:
+        if args.opts.parent is not cluster or not args.name.startswith(prefix):
+            return None
+        alias = pulumi.Alias(name=args.name.removeprefix(prefix), parent=pulumi.ROOT_STACK_RESOURCE)
+        return pulumi.ResourceTransformationResult(
+            args.props, pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(aliases=[alias]))
+        )
+
+    return transform
+
+
 class GpuCluster(pulumi.ComponentResource):
     """The whole cluster of a ``ClusterSpec`` as one component: providers (unless given), the Proxmox layer, the
     guest bootstraps, node labels, the GPU Operator and everything on top, all children named ``<name>-...``.
@@ -186,10 +200,18 @@ class GpuCluster(pulumi.ComponentResource):
         secrets: Secrets,
         *,
         providers: Providers | None = None,
+        aliases_from_stack_root: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``providers``: the caller's explicit providers; by default they are created from ``spec`` and
-        ``secrets`` as children of this component."""
+        ``secrets`` as children of this component. ``aliases_from_stack_root``: the stack created these resources
+        at its root, without the ``<name>-`` prefix, before this component existed (this repository's stacks did
+        until 2026-11); every direct child then carries an alias to that old URN and its children inherit it, so
+        Pulumi moves them instead of replacing them. Leave it off in a new program."""
+        if aliases_from_stack_root:
+            opts = pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions(transformations=[_alias_from_root(self, f"{name}-")])
+            )
         super().__init__("proxmox-gpu-cluster:cluster:GpuCluster", name, None, opts)
         self.spec = spec
         self.providers = providers or default_providers(name, spec, secrets, parent=self)

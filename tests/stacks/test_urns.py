@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from proxmox_gpu_cluster.stacks.plan import find_program, plan
+from proxmox_gpu_cluster.testing import RecordedResource, Recording
 from tests.support import ROOT
 
 PINS = ROOT / "tests" / "stacks" / "urns"
@@ -51,7 +52,61 @@ def test_urns_are_pinned(directory: Path, stack: str) -> None:
 
 
 def test_every_stack_is_pinned() -> None:
-    assert {p.stem for p in PINS.glob("*.txt")} == {pin_name(d, s) for d, s in STACKS}
+    assert {p.stem for p in PINS.glob("*.txt")} == {pin_name(d, s) for d, s in STACKS}  # before-gpucluster/ aside
     assert {"bare-metal-gpu-stack.dev", "single-gpu-vm.dev", "cluster-with-app.dev"} <= {
         p.stem for p in PINS.glob("*.txt")
     }
+
+
+BEFORE = PINS / "before-gpucluster"
+
+
+def old_urns(recording: Recording, stack: str, project: str) -> set[str]:
+    """Every URN the engine would match to a resource through its aliases: its own alias specs, and those it
+    inherits from an aliased parent (a child named after its parent takes the parent's old name as prefix)."""
+    by_urn = {r.urn: r for r in recording.resources}
+    memo: dict[str, set[str]] = {}
+
+    def of(r: RecordedResource) -> set[str]:
+        if r.urn in memo:
+            return memo[r.urn]
+        found: set[str] = set()
+        for alias in r.aliases:
+            name, type_ = alias["name"] or r.name, alias["type"] or r.type
+            if alias.get("noParent"):
+                found.add(f"urn:pulumi:{stack}::{project}::{type_}::{name}")
+        parent = by_urn.get(r.parent)
+        if parent is not None:
+            for old_parent in of(parent):
+                parent_type, parent_name = old_parent.split("::")[2], old_parent.split("::")[3]
+                name = parent_name + r.name[len(parent.name) :] if r.name.startswith(parent.name) else r.name
+                found.add(f"urn:pulumi:{stack}::{project}::{parent_type}${r.type}::{name}")
+        memo[r.urn] = found
+        return found
+
+    return {urn for r in recording.resources for urn in of(r)}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "kubevirt"])
+def test_resources_moved_under_gpucluster_keep_their_identity(stack: str) -> None:
+    """Before GpuCluster the stacks registered their resources at the root; the aliases map every one of those URNs
+    to exactly one resource now, so `pulumi up` moves them instead of replacing VMs, mappings and releases."""
+    document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    recording, _ = plan(stack, document, ROOT / "__main__.py")
+    # The mock qualifies a root resource's type with the stack's ("pulumi:pulumi:Stack$..."); the engine does not
+    # (the root stack is never part of a type chain), and alias URNs follow the engine.
+    pinned = (BEFORE / f"{stack}.txt").read_text().splitlines()
+    before = {u.replace("::pulumi:pulumi:Stack$", "::") for u in pinned if "pulumi:pulumi:Stack::" not in u}
+    mapped = old_urns(recording, stack, "proxmox-gpu-cluster")
+    assert before - mapped == set()
+    assert any("$proxmoxve:index/vmLegacy:VmLegacy::" in u for u in before)  # the VMs are among them
+
+
+def test_the_alias_check_would_catch_a_missing_alias() -> None:
+    document = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    recording, _ = plan("dev", document, ROOT / "__main__.py")
+    for r in recording.resources:
+        if r.name == "cluster-gpu-a10-1":
+            r.aliases = []  # as if this worker's VM component had been moved without one
+    mapped = old_urns(recording, "dev", "proxmox-gpu-cluster")
+    assert not any(u.endswith("VmLegacy::gpu-a10-1-vm") for u in mapped)
