@@ -188,6 +188,8 @@ class GpuCluster(pulumi.ComponentResource):
     """Node -> the labels the cluster sets on it (empty when nothing labels nodes)."""
     kubevirt_permitted_host_devices: pulumi.Output[dict[str, Any] | None]
     """What the KubeVirt CR permits (None without KubeVirt)."""
+    driver_versions: pulumi.Output[dict[str, str]]
+    """Worker -> the driver build it runs (host driver mode; read by each node's verify step)."""
     operator: GpuOperator | None
     """The GPU Operator release component (None when ``gpuOperator.enabled`` is false); a resource to wait on."""
     providers: Providers
@@ -321,6 +323,9 @@ class GpuCluster(pulumi.ComponentResource):
         )
         self.capacity = pulumi.Output.from_input(capacity_output(self.capacity_rows))
         self.iommu_checks = pulumi.Output.from_input(layer.iommu_checks)
+        host_driver = [w.name for w in spec.workers if op.driver_mode == "host" and w.workload == "container"]
+        versions = {n: self.bootstraps[n].driver_version for n in host_driver if n in self.bootstraps}
+        self.driver_versions = pulumi.Output.all(**versions) if versions else pulumi.Output.from_input({})
         # Whether host prep may reboot each Proxmox node (no, when-idle, yes), so a preview says it too.
         self.host_reboots = pulumi.Output.from_input(
             {n.name: host_reboot(spec, n).may_reboot for n in spec.proxmox.nodes}
@@ -335,6 +340,7 @@ class GpuCluster(pulumi.ComponentResource):
                 "workers": self.workers,
                 "capacity": self.capacity,
                 "iommuChecks": self.iommu_checks,
+                "driverVersions": self.driver_versions,
                 "hostReboots": self.host_reboots,
                 "nodeLabels": self.node_labels,
                 "kubevirtPermittedHostDevices": self.kubevirt_permitted_host_devices,
@@ -348,6 +354,8 @@ def export(cluster: GpuCluster) -> None:
     pulumi.export("workers", cluster.workers)
     pulumi.export("iommuChecks", cluster.iommu_checks)
     pulumi.export("hostReboots", cluster.host_reboots)
+    if cluster.spec.gpu_operator.driver_mode == "host":
+        pulumi.export("driverVersions", cluster.driver_versions)
     kv = cluster.spec.kubevirt
     if kv.enabled:
         # What the KubeVirt CR permits; where HCO owns that CR, what to put into the HyperConverged CR instead.

@@ -23,6 +23,14 @@ from proxmox_gpu_cluster.ssh import connection as ssh_connection
 from proxmox_gpu_cluster.ssh import reboot_wait_args
 
 
+def driver_version_of(verification: str | None) -> str:
+    """The driver build from the verify step's output (``verify: driver: 580.95.05``), or ""."""
+    for line in (verification or "").splitlines():
+        if line.startswith("verify: driver: "):
+            return line.removeprefix("verify: driver: ").strip()
+    return ""
+
+
 class GuestBootstrap(pulumi.ComponentResource):
     """One chain of steps over SSH, each waiting for the previous one:
 
@@ -47,6 +55,8 @@ class GuestBootstrap(pulumi.ComponentResource):
     """The Kubernetes node name the host joined as."""
     rebooted: pulumi.Output[bool]
     """Whether the driver step rebooted the host on its last run."""
+    driver_version: pulumi.Output[str]
+    """The NVIDIA driver build the host runs, as the verify step read it ("" without a host driver)."""
     verification: pulumi.Output[str]
     """The verification step's report (``verify: ok: ...``)."""
     final_step: command.remote.Command
@@ -134,7 +144,13 @@ class GuestBootstrap(pulumi.ComponentResource):
         self.host = pulumi.Output.from_input(host)
         self.rebooted = driver.stdout.apply(lambda out: REBOOT_SCHEDULED in (out or ""))
         self.verification = verify.stdout
+        self.driver_version = verify.stdout.apply(driver_version_of)
         self.final_step = verify
         self.register_outputs(
-            {"nodeName": self.node_name, "rebooted": self.rebooted, "verification": self.verification}
+            {
+                "nodeName": self.node_name,
+                "rebooted": self.rebooted,
+                "verification": self.verification,
+                "driverVersion": self.driver_version,
+            }
         )

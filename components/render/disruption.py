@@ -116,6 +116,13 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
             "module is loaded reboots without a drain; change gpuOperator.driverBranch/driverVersion in a "
             "maintenance window (driver changes do not roll node by node yet)"
         )
+    op = spec.gpu_operator
+    if op.driver_mode == "host" and op.driver_version is None and any(w.workload == "container" for w in spec.workers):
+        lines.append(
+            f"Driver builds: only branch {op.driver_branch} is pinned, so workers set up at different times may run "
+            f"different {op.driver_branch}.x builds (the driverVersions output shows each); pin "
+            "gpuOperator.driverVersion for one build everywhere"
+        )
     roll = _operator_roll(spec)
     if roll is not None:
         nodes = sum(1 for w in spec.workers if w.workload == "container")

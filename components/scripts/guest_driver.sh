@@ -6,7 +6,8 @@
 # Usage: guest_driver.sh --mode host|operator|vfio --branch NNN --flavor server|desktop --modules open|proprietary
 #                        [--version X.Y[.Z]] [--kernel-arg ARG ...] [--vfio-id VENDOR:DEVICE ...] [--purge]
 # Packages: nvidia-headless-<branch>[-server][-open] (driver, DKMS module source, compute libraries; no X
-# stack) and nvidia-utils-<branch>[-server] (nvidia-smi), from Ubuntu's restricted archive.
+# stack) and nvidia-utils-<branch>[-server] (nvidia-smi), from Ubuntu's restricted archive, plus the headers of the
+# running kernel and the kernel-tracking headers metapackage, so DKMS builds the module for every later kernel.
 # --purge (the destroy command, only when the spec asks): unhold and purge those packages, nothing else.
 #
 # A reboot is scheduled only when the running kernel cannot pick a change up: nouveau still bound, a different
@@ -82,6 +83,33 @@ nouveau_gone() {
     modprobe -r nouveau >/dev/null 2>&1 || true
   fi
   ! loaded nouveau
+}
+
+# tracking_headers: the linux-headers metapackage of every installed kernel metapackage (linux-image-virtual ->
+# linux-headers-virtual). With it, each kernel update (unattended-upgrades) brings that kernel's headers, and DKMS
+# (nvidia-dkms, a dependency of the headless package) builds the NVIDIA module for it before the next boot.
+tracking_headers() {
+  local status pkg
+  while read -r status pkg; do
+    [[ "$status" == ii && "$pkg" =~ ^linux-image-([a-z][a-z0-9.-]*)$ ]] || continue
+    printf 'linux-headers-%s\n' "${BASH_REMATCH[1]}"
+  done < <(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'linux-image-*' 2>/dev/null || true)
+}
+
+# follow_kernel_updates: the running kernel's headers and the kernel-tracking headers are installed (never held:
+# they must follow the kernel). A guest that booted a kernel without headers (no module: nvidia-smi fails) is
+# repaired here: the headers make DKMS build the module, which module_current then loads, without a reboot.
+follow_kernel_updates() {
+  local pkg running missing=()
+  running="linux-headers-$(uname -r)"
+  while read -r pkg; do
+    [[ -n "$(installed_version "$pkg")" ]] || missing+=("$pkg")
+  done < <(printf '%s\n' "$running"; tracking_headers)
+  if ((${#missing[@]})); then
+    apt_install "${missing[@]}"
+    echo "driver: headers installed (${missing[*]}): DKMS builds the module for this and every later kernel"
+    [[ " ${missing[*]} " != *" $running "* ]] || driver_changed=1
+  fi
 }
 
 # install_driver: install or re-pin the driver packages; sets driver_changed when it did.
@@ -219,7 +247,10 @@ main() {
   configure_kernel_args
   configure_vfio
   case "$mode" in
-  host) install_driver ;;
+  host)
+    install_driver
+    follow_kernel_updates
+    ;;
   vfio) echo "driver: none; GPUs bound to vfio-pci for KubeVirt" ;;
   *) echo "driver: left to the GPU Operator" ;;
   esac

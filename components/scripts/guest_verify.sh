@@ -8,8 +8,8 @@
 #
 # Usage: guest_verify.sh --gpu VENDOR:DEVICE=PRODUCT [--gpu ...] [--nvidia-smi 0|1] [--driver VERSION|BRANCH]
 #                        [--containerd-nvidia 0|1] [--vfio 0|1] [--kvm 0|1] [--kernel-arg ARG ...]
-# PRODUCT is the NVML name with spaces as dashes (NVIDIA-A10). Prints "verify: ok: ..." or fails naming what
-# was expected and what was seen.
+# PRODUCT is the NVML name with spaces as dashes (NVIDIA-A10). Prints "verify: driver: <version>" (host driver)
+# and "verify: ok: ..." or fails naming what was expected and what was seen.
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="verify"
@@ -54,10 +54,13 @@ check_nvidia_smi() {
   names="$(sed -nE 's/^GPU [0-9]+: (.*) \(UUID: .*\)$/\1/p' <<<"$listing" | tr ' ' '-' | sort | paste -sd, -)"
   expected="$(printf '%s\n' "${gpus[@]#*=}" | sort | paste -sd, -)"
   [[ "$names" == "$expected" ]] || fail "nvidia-smi -L" "$expected" "${names:-no GPU}"
+  version="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)"
   if [[ -n "$driver" ]]; then
-    version="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)"
     [[ "$version" == "$driver" || "$version" == "$driver".* ]] || fail "driver version" "$driver" "$version"
   fi
+  # The build that runs, for the stack's outputs: with only a branch pinned, nodes set up at different times
+  # may run different builds of it.
+  echo "verify: driver: $version"
 }
 
 check_containerd() {

@@ -58,3 +58,12 @@ def test_operator_mode_says_how_a_driver_change_rolls() -> None:
     }  # fmt: skip
     gate = [line for line in lines if line.startswith("After every change to the GPU stack")]
     assert gate and "within 600 s" in gate[0]
+
+
+def test_a_branch_only_pin_says_builds_may_differ() -> None:
+    raw = base_spec()
+    raw["gpuOperator"].pop("driverVersion", None)
+    lines = disruption_lines(load_spec(raw))
+    assert any(line.startswith("Driver builds: only branch 580 is pinned") for line in lines)
+    raw["gpuOperator"]["driverVersion"] = "580.95.05"
+    assert not any(line.startswith("Driver builds:") for line in disruption_lines(load_spec(raw)))

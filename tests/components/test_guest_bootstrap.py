@@ -286,3 +286,12 @@ def test_kubeadm_without_join_secrets_is_a_programming_error() -> None:
 
     with pytest.raises(ValueError, match="needs join_token and ca_cert_hash"):
         run(program)
+
+
+def test_each_workers_driver_build_is_an_output() -> None:
+    from proxmox_gpu_cluster.guest.guest_bootstrap import driver_version_of
+
+    assert driver_version_of("verify: driver: 580.95.05\nverify: ok: NVIDIA-A10\n") == "580.95.05"
+    assert driver_version_of("verify: ok: NVIDIA-A10\n") == ""
+    rec = plan_stack(base_spec())
+    assert set(rec.outputs["driverVersions"]) == {"mig-1", "mig-2", "ts-1"}

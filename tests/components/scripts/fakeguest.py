@@ -33,6 +33,7 @@ ARCHIVE = {
     "nvidia-headless-580-server": ["580.105.08-0ubuntu0.24.04.1", "580.95.05-0ubuntu0.24.04.2"],
     "nvidia-utils-580-server": ["580.105.08-0ubuntu0.24.04.1", "580.95.05-0ubuntu0.24.04.2"],
     f"linux-headers-{KERNEL}": [f"{KERNEL.removesuffix('-generic')}.50"],
+    "linux-headers-virtual": ["6.8.0.49.50"],
     "containerd": ["1.7.28-0ubuntu1~24.04.1"],
     "nvidia-container-toolkit": ["1.18.2-1", "1.18.1-1"],
     "nvidia-container-toolkit-base": ["1.18.2-1", "1.18.1-1"],
@@ -76,12 +77,26 @@ _BIND_VFIO = """bind_vfio() {
   return 0
 }
 """
+# What DKMS does after a package install (its kernel postinst hook and the nvidia-dkms postinst): build the module
+# for every kernel whose headers are installed, when the driver's module source is.
+_DKMS = f"""dkms_autoinstall() {{
+  ls "{_DPKG}"/nvidia-headless-* >/dev/null 2>&1 || return 0
+  for h in "{_DPKG}"/linux-headers-[0-9]*; do
+    [ -f "$h" ] || continue
+    k="${{h##*/linux-headers-}}"; mkdir -p "$PGC_ROOT/lib/modules/$k/updates/dkms"
+    : > "$PGC_ROOT/lib/modules/$k/updates/dkms/nvidia.ko"
+  done
+}}
+"""
 _STUBS = {
-    "dpkg-query": f'p="$3"; [ -f "{_DPKG}/$p" ] || exit 1; printf "ii  %s\\n" "$(cat "{_DPKG}/$p")"',
+    # One package: "ii  <version>"; a pattern (linux-image-*): "ii  <package>" per installed match.
+    "dpkg-query": f'p="$3"; case "$p" in *"*"*) for f in "{_DPKG}"/$p; do [ -f "$f" ] && printf "ii  %s\\n" '
+    f'"$(basename "$f")"; done; exit 0 ;; esac\n[ -f "{_DPKG}/$p" ] || exit 1; printf "ii  %s\\n" "$(cat "{_DPKG}/$p")"',
     "apt-cache": 'f="$PGC_ROOT/var/lib/fake-archive/$2"; [ -f "$f" ] || exit 0\n'
     'while read -r v; do printf " %s | %s | http://archive.ubuntu.com/ubuntu noble/restricted\\n" "$2" "$v"; '
     'done < "$f"',
-    "apt-get": f"""cmd=""; skip=0
+    "apt-get": _DKMS
+    + f"""cmd=""; skip=0
 for a in "$@"; do
   if [ "$skip" = 1 ]; then skip=0; continue; fi
   case "$a" in
@@ -96,13 +111,14 @@ for a in "$@"; do
          mkdir -p "{_DPKG}"; printf "%s" "$v" > "{_DPKG}/$p"
        elif [ "$cmd" = purge ]; then rm -f "{_DPKG}/$p"; fi ;;
   esac
-done""",
+done
+[ "$cmd" = install ] && dkms_autoinstall; exit 0""",
     "apt-mark": 'h="$PGC_ROOT/var/lib/fake-holds"; touch "$h"; c="$1"; shift\n'
     'case "$c" in showhold) cat "$h" ;; hold) for p in "$@"; do echo "$p" >> "$h"; done ;;\n'
     'unhold) for p in "$@"; do grep -vxF "$p" "$h" > "$h.new" || true; mv "$h.new" "$h"; done ;; esac',
     "curl": 'echo "-----BEGIN PGP PUBLIC KEY BLOCK-----"',
     "gpg": 'while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out="$2"; fi; shift; done; cat > "$out"',
-    "uname": f'echo "{KERNEL}"',
+    "uname": 'cat "$PGC_ROOT/fake-kernel"',
     "modprobe": _BIND_VFIO
     + f"""if [ "$1" = -r ]; then
   [ -f "$PGC_ROOT/nouveau-busy" ] && exit 1; rm -rf "$PGC_ROOT/sys/module/$2"; exit 0
@@ -110,6 +126,9 @@ fi
 if [ "$1" = nvidia ]; then
   v=""; for f in "{_DPKG}"/nvidia-headless-*; do [ -f "$f" ] && v="$(cut -d- -f1 < "$f")"; done
   [ -n "$v" ] || exit 1
+  [ -f "$PGC_ROOT/lib/modules/$(cat "$PGC_ROOT/fake-kernel")/updates/dkms/nvidia.ko" ] || {{
+    echo "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(cat "$PGC_ROOT/fake-kernel")" >&2
+    exit 1; }}
   mkdir -p "$PGC_ROOT/sys/module/nvidia"; printf "%s\\n" "$v" > "$PGC_ROOT/sys/module/nvidia/version"; exit 0
 fi
 if [ "$1" = vfio-pci ]; then
@@ -158,6 +177,10 @@ class FakeGuest(FakeRoot):
         for name in ("update-initramfs", "systemd-run", "systemctl", "sysctl", "swapoff"):
             self.stub(name)
         self.write("etc/os-release", 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="24.04"\n')
+        self.write("fake-kernel", KERNEL + "\n")
+        # The cloud image's kernel: the flavour metapackage and the kernel it depends on.
+        self.write("var/lib/fake-dpkg/linux-image-virtual", "6.8.0.49.50")
+        self.write(f"var/lib/fake-dpkg/linux-image-{KERNEL}", "6.8.0-49.50")
         self.write("etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\noptions nouveau modeset=0\n")
         self.write("etc/fstab", "LABEL=cloudimg-rootfs / ext4 discard,errors=remount-ro 0 1\n")
         self.write("proc/swaps", "Filename Type Size Used Priority\n")
@@ -206,8 +229,19 @@ class FakeGuest(FakeRoot):
         if list((self.root / "etc/modules-load.d").glob("*vfio*")):
             self.run_stdin("modprobe vfio-pci\n")
         drivers = sorted((self.root / "var/lib/fake-dpkg").glob("nvidia-headless-*"))
-        if drivers:
+        kernel = self.read("fake-kernel").strip()
+        if drivers and (self.root / f"lib/modules/{kernel}/updates/dkms/nvidia.ko").exists():
             self.write("sys/module/nvidia/version", drivers[-1].read_text().split("-")[0] + "\n")
+
+    def kernel_update(self, kernel: str) -> None:
+        """What unattended-upgrades does with a new kernel: the flavour metapackages pull the new image and, when
+        the headers metapackage is installed, its headers; DKMS's kernel hook then builds the module for it. The
+        new kernel runs after the next ``reboot()``."""
+        self.write(f"var/lib/fake-dpkg/linux-image-{kernel}", "new")
+        self.write(f"var/lib/fake-archive/linux-headers-{kernel}", "new\n")  # the archive has them either way
+        if self.installed("linux-headers-virtual") is not None:
+            self.run_stdin(f"apt-get install -y linux-headers-{kernel}\n")
+        self.write("fake-kernel", kernel + "\n")
 
     def driver_of(self, slot: str = A10_SLOT) -> str | None:
         """The driver bound to a PCI function, or None."""

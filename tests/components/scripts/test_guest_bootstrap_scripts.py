@@ -313,7 +313,7 @@ def test_hostile_arguments_stay_data(guest: FakeGuest, tmp_path: Path) -> None:
 def test_verify_passes_with_exactly_the_assigned_gpus(guest: FakeGuest) -> None:
     provision(guest, spec())
     r = guest.step("verify", *verify_args(spec()))
-    assert r.returncode == 0 and r.stdout.strip() == "verify: ok: NVIDIA-A10"
+    assert r.returncode == 0 and r.stdout.splitlines() == ["verify: driver: 580.95.05", "verify: ok: NVIDIA-A10"]
 
 
 @pytest.mark.parametrize(
