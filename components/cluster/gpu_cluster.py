@@ -273,7 +273,7 @@ class GpuCluster(pulumi.ComponentResource):
                     opts=child,
                 )
             gates = build_capacity_gates(
-                name, spec, stack, self.bootstraps, after=[operator], labels=labels, secrets=secrets,
+                name, spec, stack, self.bootstraps, after=[operator.release], labels=labels, secrets=secrets,
                 provider=self.providers.command, opts=child,
             )  # fmt: skip
             if op.smoke_test.enabled:

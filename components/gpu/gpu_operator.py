@@ -30,6 +30,8 @@ class GpuOperator(pulumi.ComponentResource):
     """Name of the custom mig-parted ConfigMap, or "" when only the operator's built-in configs are used."""
     dcgm_metrics_config: pulumi.Output[str]
     """Name of the DCGM exporter metrics ConfigMap (content-addressed), or "" without the exporter."""
+    release: kubernetes.helm.v3.Release
+    """The Helm release itself: what per-node steps wait for (cheaper for the SDK than the whole component)."""
     release_status: pulumi.Output[str]
     """Helm release status."""
 
@@ -119,6 +121,7 @@ class GpuOperator(pulumi.ComponentResource):
         self.device_plugin_config = dp_name
         self.mig_config = mig_name
         self.dcgm_metrics_config = dcgm_name
+        self.release = release
         self.release_status = release.status.apply(lambda s: s.status or "")
         self.register_outputs(
             {
