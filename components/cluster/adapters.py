@@ -33,7 +33,7 @@ def gpu_stack(spec: ClusterSpec) -> GpuStack:
 
 def monitoring(spec: ClusterSpec) -> MonitoringTargets:
     """The nodes ``GpuMonitoring`` expects an exporter on, and what their GPUs report."""
-    return monitoring_targets(spec)
+    return monitoring_targets(gpu_nodes(spec))
 
 
 def bootstrap(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:

@@ -10,8 +10,8 @@ import pulumi_command as command
 from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers
 from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer, build_proxmox
-from proxmox_gpu_cluster.core.capacity import capacity_output, capacity_table, quota_warnings
-from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
+from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_output, quota_warnings
+from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes, monitoring_targets
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.gpu.dra_driver import DraDriver
 from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring
@@ -63,6 +63,7 @@ def build_capacity_gates(
     prefix: str,
     spec: ClusterSpec,
     stack: GpuStack,
+    capacity: list[WorkerCapacity],
     bootstraps: dict[str, GuestBootstrap],
     *,
     after: list[pulumi.Resource],
@@ -77,7 +78,7 @@ def build_capacity_gates(
     if seconds == 0 or spec.kubernetes.join_method != "kubeadm":
         return {}
     gates: dict[str, NodeCapacityGate] = {}
-    rows = {row.worker: row for row in stack.capacity()}
+    rows = {row.worker: row for row in capacity}
     for worker in spec.workers:
         bootstrap, row = bootstraps.get(worker.name), rows.get(worker.name)
         if bootstrap is None or row is None or not row.resources:
@@ -233,6 +234,7 @@ class GpuCluster(pulumi.ComponentResource):
         gpu_stack: list[pulumi.Resource] = []
         labels = None
         stack = adapters.gpu_stack(spec)
+        capacity = stack.capacity()  # the plan's capacity table: what the gates check and the output says
         if op.enabled or stack.uses_dra or any(n.taint for n in stack.nodes):
             # Each node's labels wait for that node's bootstrap (joined and verified), not for the others, and are
             # applied again when it starts over on a new VM (which joins as a new Node object).
@@ -261,7 +263,7 @@ class GpuCluster(pulumi.ComponentResource):
             )
             gpu_stack.append(operator)
             if op.monitoring.prometheus or op.monitoring.dashboard.enabled:
-                targets = adapters.monitoring(spec)
+                targets = monitoring_targets(stack.nodes)
                 GpuMonitoring(
                     f"{name}-gpu-monitoring",
                     op.monitoring,
@@ -273,7 +275,7 @@ class GpuCluster(pulumi.ComponentResource):
                     opts=child,
                 )
             gates = build_capacity_gates(
-                name, spec, stack, self.bootstraps, after=[operator.release], labels=labels, secrets=secrets,
+                name, spec, stack, capacity, self.bootstraps, after=[operator.release], labels=labels, secrets=secrets,
                 provider=self.providers.command, opts=child,
             )  # fmt: skip
             if op.smoke_test.enabled:
@@ -317,7 +319,7 @@ class GpuCluster(pulumi.ComponentResource):
                 depends_on=[classes] if classes else [],
                 opts=child,
             )
-        self.capacity_rows = capacity_table(spec)
+        self.capacity_rows = capacity
         self.workers = pulumi.Output.from_input(
             {n: {"vmId": vm.vm_id, "ipAddress": vm.ip_address, "nodeName": vm.node_name} for n, vm in layer.vms.items()}
         )

@@ -5,6 +5,7 @@ the capacity table build on it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,19 +49,19 @@ class MonitoringTargets:
     """What the alert rules and the dashboard need to know about the cluster's GPU nodes."""
 
     exporter_nodes: tuple[str, ...]
-    """Nodes that run dcgm-exporter: workers with container workloads (VM workloads bind GPUs to vfio-pci)."""
+    """Nodes that run dcgm-exporter: those with container workloads (VM workloads bind GPUs to vfio-pci)."""
     row_remapping: bool
     """Whether any of those nodes has a GPU that remaps memory rows."""
     mig: bool
     """Whether any of those nodes partitions a GPU with MIG."""
 
 
-def monitoring_targets(spec: ClusterSpec) -> MonitoringTargets:
-    """The monitored nodes of ``spec`` and what their GPUs can report."""
-    containers = [w for w in spec.workers if w.workload == "container"]
-    gpus = [g for w in containers for g in worker_gpus(spec, w)]
+def monitoring_targets(nodes: Sequence[GpuNode]) -> MonitoringTargets:
+    """Which of ``nodes`` are monitored (container workloads) and what their GPUs can report."""
+    containers = [n for n in nodes if n.workload == "container"]
+    gpus = [g for n in containers for g in n.gpus]
     return MonitoringTargets(
-        exporter_nodes=tuple(w.name for w in containers),
+        exporter_nodes=tuple(n.name for n in containers),
         row_remapping=any(g.model.row_remapping for g in gpus),
         mig=any(g.mig_geometry for g in gpus),
     )

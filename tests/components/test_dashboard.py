@@ -8,7 +8,7 @@ from typing import Any
 
 import pulumi_kubernetes as kubernetes
 
-from proxmox_gpu_cluster.core.cluster_nodes import monitoring_targets
+from proxmox_gpu_cluster.cluster.adapters import monitoring as monitoring_targets
 from proxmox_gpu_cluster.core.dcgm_fields import DASHBOARD_FIELDS, DEFAULT_FIELDS
 from proxmox_gpu_cluster.core.monitoring_spec import AlertsSpec, DashboardSpec, MonitoringSpec
 from proxmox_gpu_cluster.core.spec import load_spec
