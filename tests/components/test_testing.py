@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pulumi
@@ -116,3 +117,16 @@ def test_the_same_name_under_another_type_is_fine() -> None:
         k8s.core.v1.ConfigMap("x", opts=pulumi.ResourceOptions(provider=provider))
 
     assert len(run(program).of_type("kubernetes:core/v1:ConfigMap")) == 1
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_paused_during_a_run_and_restored(enabled: bool) -> None:
+    seen: list[bool] = []
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        run(lambda: seen.append(gc.isenabled()))
+        assert seen == [False]
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
