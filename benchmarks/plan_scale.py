@@ -3,8 +3,11 @@ the Pulumi SDK's own floor.
 
 Each size runs in a fresh interpreter (so peak RSS is that plan's alone) and goes through the same path as
 ``make plan``: validate the spec, run ``__main__`` under the mock engine, build the capacity table, render JSON.
-The floor is a minimal program that registers the same number of resources under the same mocks, also in a fresh
-interpreter; the ratio says how much the project adds on top of what the SDK itself costs.
+The floor is a minimal program that registers the same resources (types, names, parents, inputs and dependency
+edges) under the same mocks, with Python's default settings, also in a fresh interpreter; the ratio says how much the
+project adds on top of what the SDK itself costs for that graph. The SDK checks every dependency edge for cycles by
+walking everything behind its target, so the edges are part of its cost; the "bare floor" registers the same
+resources without any edge, for reference.
 
     python benchmarks/plan_scale.py              # all sizes
     python benchmarks/plan_scale.py --sizes 1 100
@@ -13,6 +16,8 @@ interpreter; the ratio says how much the project adds on top of what the SDK its
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import resource
 import subprocess
@@ -26,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REPLAY = Path(tempfile.gettempdir()) / "pgc-bench-replay.json"
 """The last plan's resources, for the floor measurement to register again."""
 GPUS_PER_NODE = 8
+WARM_UP = 35
+"""Resources the floor registers untimed first, about a one-worker plan's (which the plan measurement runs first)."""
 PATTERNS: list[dict[str, Any]] = [
     {"model": "A10", "worker": {"sharing": "time-slicing", "timeSlicing": {"replicas": 4}}},
     {"model": "A100-PCIE-40GB", "worker": {"sharing": "mig", "mig": "all-1g.5gb"}},
@@ -41,9 +48,8 @@ def make_spec(workers: int) -> dict[str, Any]:
     for i in range(workers):
         n, slot = divmod(i, GPUS_PER_NODE)
         if slot == 0:
-            nodes.append(
-                {"name": f"pve{n}", "sshAddress": f"10.{n // 250}.{n % 250}.1", "cpuVendor": "amd", "gpus": []}
-            )
+            address = f"10.{n // 250}.{n % 250}.1"
+            nodes.append({"name": f"pve{n}", "sshAddress": address, "cpuVendor": "amd", "hostPrep": True, "gpus": []})
         pattern = PATTERNS[i % len(PATTERNS)]
         nodes[-1]["gpus"].append(
             {"name": f"gpu{slot}", "pciPath": f"0000:{0x41 + slot:02x}:00", "model": pattern["model"]}
@@ -65,49 +71,98 @@ def make_spec(workers: int) -> dict[str, Any]:
 
 
 def measure_one(workers: int) -> dict[str, Any]:
-    """Plan one generated stack in this process; returns the figures."""
+    """Plan one generated stack in this process exactly as ``python -m proxmox_gpu_cluster.plan bench --config
+    FILE --json`` does (``main``), printing into memory; returns the figures and keeps the resources for the
+    floor."""
     sys.path.insert(0, str(ROOT))
-    from proxmox_gpu_cluster.stacks.plan import plan, plan_document  # noqa: PLC0415 (import time is part of the measurement)
-    from proxmox_gpu_cluster.testing import redact  # noqa: PLC0415
+    from proxmox_gpu_cluster.stacks.plan import main  # noqa: PLC0415 (import time is part of the measurement)
 
-    document = {"config": {"proxmox-gpu-cluster:cluster": make_spec(workers)}}
-    start, cpu = time.perf_counter(), time.process_time()
-    recording, capacity = plan("bench", document, ROOT / "__main__.py")
-    rendered = json.dumps(plan_document("bench", recording, capacity))
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-    components = {r.urn for r in recording.resources if any(c.parent == r.urn for c in recording.resources)}
+    with tempfile.TemporaryDirectory() as tmp:
+        # A one-worker plan first, untimed: it imports the providers' SDKs and the modules the program uses (the
+        # floor imports no provider; both warm up the same way).
+        for size in (1, workers):
+            stack_file = Path(tmp) / f"Pulumi.bench-{size}.yaml"
+            stack_file.write_text(json.dumps({"config": {"proxmox-gpu-cluster:cluster": make_spec(size)}}))
+            out = io.StringIO()
+            start, cpu = time.perf_counter(), time.process_time()
+            with contextlib.redirect_stdout(out):
+                code = main(["bench", "--config", str(stack_file), "--json"])
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+            assert code == 0, f"the plan failed with exit code {code}"
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rendered = out.getvalue()
+    resources = json.loads(rendered)["resources"]
+    components = {r["parent"] for r in resources}
     replay = [
-        {"type": r.type, "name": r.name, "urn": r.urn, "parent": r.parent, "component": r.urn in components and not
-         r.type.startswith("pulumi:providers:"), "inputs": redact(r.inputs)}
-        for r in recording.resources if r.type != "pulumi:pulumi:Stack"
+        {"type": r["type"], "name": r["name"], "urn": r["urn"], "parent": r["parent"], "inputs": r["inputs"],
+         "component": r["urn"] in components and not r["type"].startswith("pulumi:providers:"),
+         "dependencies": r["dependencies"]}
+        for r in resources if r["type"] != "pulumi:pulumi:Stack"
     ]  # fmt: skip
     REPLAY.write_text(json.dumps(replay))
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"workers": workers, "resources": len(recording.resources), "seconds": round(seconds, 3),
+    return {"workers": workers, "resources": len(resources), "seconds": round(seconds, 3),
             "cpu_seconds": round(cpu_seconds, 3), "peak_mib": round(peak_mib, 1),
-            "json_kib": round(len(rendered) / 1024, 1)}  # fmt: skip
+            "json_kib": round(len(rendered) / 1024, 1),
+            "inputs_kib": worker_inputs_kib(resources, workers)}  # fmt: skip
 
 
-def measure_floor(replay: Path) -> dict[str, Any]:
-    """Register the recorded resources again (same types, names, parents and inputs) from a minimal program under
-    the same recording mocks: what the SDK itself costs for this plan, without any of the project's code."""
+def worker_inputs_kib(resources: list[dict[str, Any]], workers: int) -> float:
+    """The largest total, over workers, of the JSON of the inputs of that worker's own resources (named
+    ``cluster-w<i>-...``): what one worker adds to the stack's state."""
+    sizes: dict[str, int] = {}
+    for r in resources:
+        worker = r["name"].split("-")[1] if r["name"].startswith("cluster-w") else ""
+        if worker:
+            sizes[worker] = sizes.get(worker, 0) + len(json.dumps(r["inputs"]))
+    assert len(sizes) == workers, f"expected {workers} workers' resources, found {len(sizes)}"
+    return round(max(sizes.values()) / 1024, 1)
+
+
+def registration_order(recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Parents and dependencies before what needs them (the plan lists resources as a tree)."""
+    by_urn = {r["urn"]: r for r in recorded}
+    done: set[str] = set()
+    ordered: list[dict[str, Any]] = []
+    for first in recorded:
+        todo = [first]
+        while todo:
+            r = todo[-1]
+            if r["urn"] in done:
+                todo.pop()
+                continue
+            waiting = [by_urn[u] for u in [r["parent"], *r["dependencies"]] if u in by_urn and u not in done]
+            if waiting:
+                todo.extend(waiting)
+                continue
+            done.add(r["urn"])
+            ordered.append(todo.pop())
+    return ordered
+
+
+def measure_floor(replay: Path, *, edges: bool = True) -> dict[str, Any]:
+    """Register the recorded resources again (same types, names, parents, inputs and, with ``edges``, the same
+    dependencies) from a minimal program under the same recording mocks: what the SDK itself costs for this plan,
+    without any of the project's code."""
     import pulumi  # noqa: PLC0415 (import time is part of the measurement, as above)
 
     from proxmox_gpu_cluster.testing import RecordingMocks, run  # noqa: PLC0415
 
-    recorded = json.loads(replay.read_text())
+    recorded = registration_order(json.loads(replay.read_text()))
 
-    def program() -> None:
+    def register(resources: list[dict[str, Any]]) -> None:
         made: dict[str, pulumi.Resource] = {}
-        for r in recorded:
-            opts = pulumi.ResourceOptions(parent=made.get(r["parent"]))
+        for r in resources:
+            deps = [made[urn] for urn in r["dependencies"] if urn in made] if edges else []
+            opts = pulumi.ResourceOptions(parent=made.get(r["parent"]), depends_on=deps)
             if r["component"]:
                 made[r["urn"]] = pulumi.ComponentResource(r["type"], r["name"], None, opts)
             else:
                 made[r["urn"]] = pulumi.CustomResource(r["type"], r["name"], r["inputs"], opts)
 
+    warm_up = recorded[:WARM_UP]
+    run(lambda: register(warm_up), project="bench", stack="warm-up", mocks=RecordingMocks())
     start, cpu = time.perf_counter(), time.process_time()
-    run(program, project="bench", stack="bench", mocks=RecordingMocks())
+    run(lambda: register(recorded), project="bench", stack="bench", mocks=RecordingMocks())
     return {"seconds": round(time.perf_counter() - start, 3), "cpu_seconds": round(time.process_time() - cpu, 3)}
 
 
@@ -124,20 +179,23 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--floor", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--bare-floor", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
         print(json.dumps(measure_one(args.one)))
         return 0
-    if args.floor is not None:
-        print(json.dumps(measure_floor(args.floor)))
+    if args.floor is not None or args.bare_floor is not None:
+        print(json.dumps(measure_floor(args.floor or args.bare_floor, edges=args.floor is not None)))
         return 0
-    header = ("workers", "resources", "seconds", "cpu s", "floor s", "ratio", "peak MiB", "JSON KiB/worker")
+    header = ("workers", "resources", "seconds", "cpu s", "floor s", "ratio", "bare floor s", "bare ratio",
+              "peak MiB", "plan JSON KiB/worker", "inputs KiB/worker")  # fmt: skip
     print(" ".join(f"{h:>{max(len(h), 9)}}" for h in header))
     for size in args.sizes:
         row = _child("--one", size)
-        floor = _child("--floor", REPLAY)
+        floor, bare = _child("--floor", REPLAY), _child("--bare-floor", REPLAY)
         cells = (size, row["resources"], row["seconds"], row["cpu_seconds"], floor["seconds"],
-                 row["seconds"] / floor["seconds"], row["peak_mib"], row["json_kib"] / size)  # fmt: skip
+                 row["seconds"] / floor["seconds"], bare["seconds"], row["seconds"] / bare["seconds"], row["peak_mib"],
+                 row["json_kib"] / size, row["inputs_kib"])  # fmt: skip
         print(
             " ".join(
                 f"{c:>{max(len(h), 9)}.{0 if isinstance(c, int) else 2}f}" for c, h in zip(cells, header, strict=True)

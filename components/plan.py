@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from proxmox_gpu_cluster.stacks.plan import main
+from proxmox_gpu_cluster.stacks.plan import exit_without_teardown, main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())

@@ -21,7 +21,7 @@ from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas
 from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices
 from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses
 from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest
-from proxmox_gpu_cluster.guest.capacity_gate import NodeCapacityGate
+from proxmox_gpu_cluster.guest.capacity_gate import GateTarget, NodeCapacityGate, NodeCapacityGates
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
 from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
 from proxmox_gpu_cluster.render.disruption import host_reboot
@@ -77,28 +77,36 @@ def build_capacity_gates(
     seconds = spec.gpu_operator.capacity_gate_seconds
     if seconds == 0 or spec.kubernetes.join_method != "kubeadm":
         return {}
-    gates: dict[str, NodeCapacityGate] = {}
     rows = {row.worker: row for row in capacity}
+    targets: dict[str, GateTarget] = {}
     for worker in spec.workers:
         bootstrap, row = bootstraps.get(worker.name), rows.get(worker.name)
         if bootstrap is None or row is None or not row.resources:
             continue
         patch = labels.patches.get(worker.name) if labels is not None else None
-        gates[worker.name] = NodeCapacityGate(
-            f"{prefix}-{worker.name}-capacity",
-            node_name=worker.name,
+        targets[worker.name] = GateTarget(
             resources=row.resources,
-            provider=provider,
             host=bootstrap.host,
             user=worker.ssh_user,
-            ssh_private_key=secrets.ssh_private_key,
-            timeout_seconds=seconds,
             device_plugin_config=stack.device_plugin.node_config.get(worker.name) if not worker.dra else None,
+            ready=[patch] if patch is not None else [],
             replace_with=[bootstrap.final_step],
-            depends_on=[*after, *([patch] if patch is not None else [])],
-            opts=opts,
         )
-    return gates
+    if not targets:
+        return {}
+    group = NodeCapacityGates(
+        f"{prefix}-capacity-gates",
+        targets,
+        provider=provider,
+        ssh_private_key=secrets.ssh_private_key,
+        timeout_seconds=seconds,
+        after=after,
+        child_prefix=prefix,
+        # Until 2026-11 the gates were direct children of the cluster component.
+        child_aliases=[pulumi.Alias(parent=opts.parent)] if opts.parent is not None else [],
+        opts=opts,
+    )
+    return group.gates
 
 
 def build_retirements(

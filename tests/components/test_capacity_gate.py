@@ -30,11 +30,32 @@ def test_each_worker_gate_expects_its_row_and_waits_for_its_own_labels() -> None
         create = check.plain_inputs["create"]
         for resource, count in rows[worker].resources.items():
             assert f"--expect {resource}={count}" in create
-        assert rec.depends_on(check, rec.named("cluster-gpu-operator-release"))
+        assert rec.depends_on(check, rec.named("cluster-gpu-operator-release"))  # through the group, its parent
         assert rec.depends_on(check, rec.named(f"cluster-gpu-nodes-{worker}"))
         # (through the operator release, which waits for every node's labels, it also follows the other nodes)
         assert rec.named(f"cluster-gpu-nodes-{worker}").urn in check.dependencies  # directly
     assert "--device-plugin-config time-slicing-4-" in rec.named("cluster-ts-1-capacity-check").plain_inputs["create"]
+
+
+def test_one_edge_to_the_operator_release_however_many_workers() -> None:
+    """The SDK walks everything behind the release for each edge into it; the gates' group takes one for all."""
+
+    def edges_into_release(workers: int) -> int:
+        raw = base_spec()
+        node = raw["proxmox"]["nodes"][0]
+        for i in range(workers):
+            node["gpus"].append({"name": f"extra-{i}", "pciPath": f"0000:{0xA0 + i:02x}:00", "model": "L4"})
+            raw["workers"].append(
+                {"name": f"extra-{i}", "vmid": 4000 + i, "node": node["name"], "gpus": [f"extra-{i}"]}
+            )
+        rec = plan_stack(raw)
+        release = rec.named("cluster-gpu-operator-release").urn
+        return sum(release in r.dependencies for r in rec.resources)
+
+    assert len(plan_stack(base_spec()).of_type(GATE)) >= 2
+    assert edges_into_release(0) == edges_into_release(5)
+    group = plan_stack(base_spec()).one("proxmox-gpu-cluster:capacity_gate:NodeCapacityGates")
+    assert group.name == "cluster-capacity-gates"
 
 
 def test_kubevirt_workers_expect_their_sandbox_resources() -> None:

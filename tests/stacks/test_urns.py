@@ -4,7 +4,12 @@ deliberate, documented move); then regenerate the pins with
 
     PGC_UPDATE_URNS=1 python -m pytest tests/stacks/test_urns.py
 
-This change (GpuCluster) moved the stacks' resources under the component once, before any release.
+A pin file lists every URN a deployed stack may hold: the current ones, and older ones that an alias still maps to
+a current resource (regenerating keeps those and drops any that nothing maps). Pins use the engine's URN scheme:
+the type part chains the types of all ancestors below the stack (``A$B$C``); the mock monitor abbreviates it to
+the parent's type (``B$C``), so the URNs here are recomputed from the recorded tree.
+
+GpuCluster moved the stacks' resources under the component once, before any release (before-gpucluster/).
 """
 
 from __future__ import annotations
@@ -28,23 +33,43 @@ def pin_name(directory: Path, stack: str) -> str:
     return stack if directory == ROOT else f"{directory.name}.{stack}"
 
 
-def urns(directory: Path, stack: str) -> list[str]:
+def recorded(directory: Path, stack: str) -> Recording:
     program = find_program(directory)
     document = yaml.safe_load((directory / f"Pulumi.{stack}.yaml").read_text())
     recording, _ = plan(stack, document, program.main, project=program.project)
-    return sorted(r.urn for r in recording.resources)
+    return recording
+
+
+def engine_urns(recording: Recording) -> dict[str, str]:
+    """Recorded (mock) URN -> the URN the engine gives the same resource."""
+    by_urn = {r.urn: r for r in recording.resources}
+    out: dict[str, str] = {}
+
+    def qualified(r: RecordedResource) -> str:
+        parent = by_urn.get(r.parent)
+        if parent is None or parent.type == "pulumi:pulumi:Stack":
+            return r.type
+        return f"{qualified(parent)}${r.type}"
+
+    for r in recording.resources:
+        head = r.urn.split("::")[:2]
+        out[r.urn] = "::".join([*head, qualified(r), r.name]) if r.type != "pulumi:pulumi:Stack" else r.urn
+    return out
 
 
 @pytest.mark.parametrize(("directory", "stack"), STACKS, ids=[pin_name(d, s) for d, s in STACKS])
 def test_urns_are_pinned(directory: Path, stack: str) -> None:
-    current = urns(directory, stack)
+    recording = recorded(directory, stack)
+    current = set(engine_urns(recording).values())
+    project = find_program(directory).project
+    mapped = old_urns(recording, stack, project)
     pin = PINS / f"{pin_name(directory, stack)}.txt"
     if os.environ.get("PGC_UPDATE_URNS"):
-        pin.parent.mkdir(exist_ok=True)
-        pin.write_text("".join(f"{u}\n" for u in current))
-    pinned = pin.read_text().splitlines()
-    gone = sorted(set(pinned) - set(current))
-    new = sorted(set(current) - set(pinned))
+        kept = set(pin.read_text().splitlines()) & mapped if pin.exists() else set()
+        pin.write_text("".join(f"{u}\n" for u in sorted(current | kept)))
+    pinned = set(pin.read_text().splitlines())
+    gone = sorted(pinned - current - mapped)
+    new = sorted(current - pinned)
     assert not gone and not new, (
         f"URNs of stack {stack} changed; add aliases for moved resources, or regenerate the pins if this is a "
         f"deliberate move (see this module's docstring).\ngone: {gone}\nnew: {new}"
@@ -62,9 +87,11 @@ BEFORE = PINS / "before-gpucluster"
 
 
 def old_urns(recording: Recording, stack: str, project: str) -> set[str]:
-    """Every URN the engine would match to a resource through its aliases: its own alias specs, and those it
-    inherits from an aliased parent (a child named after its parent takes the parent's old name as prefix)."""
+    """Every URN (engine scheme) the engine would match to a resource through its aliases: its own alias specs
+    (a new name or type, no parent, another parent), and those it inherits from an aliased parent (a child named
+    after its parent takes the parent's old name as prefix)."""
     by_urn = {r.urn: r for r in recording.resources}
+    engine = engine_urns(recording)
     memo: dict[str, set[str]] = {}
 
     def of(r: RecordedResource) -> set[str]:
@@ -75,6 +102,10 @@ def old_urns(recording: Recording, stack: str, project: str) -> set[str]:
             name, type_ = alias["name"] or r.name, alias["type"] or r.type
             if alias.get("noParent"):
                 found.add(f"urn:pulumi:{stack}::{project}::{type_}::{name}")
+            elif alias.get("parentUrn") in engine:
+                parent_type = engine[alias["parentUrn"]].split("::")[2]
+                chain = type_ if parent_type == "pulumi:pulumi:Stack" else f"{parent_type}${type_}"
+                found.add(f"urn:pulumi:{stack}::{project}::{chain}::{name}")
         parent = by_urn.get(r.parent)
         if parent is not None:
             for old_parent in of(parent):
