@@ -86,16 +86,18 @@ def build_proxmox(
         )
         for worker in workers:
             url = worker.image.cloud_image_url
+            # Its own GPUs' mappings only: a VM never waits for (or is blocked by) a mapping another worker uses.
+            own = [mappings.by_gpu[claim.ref] for claim in worker.gpus]
             vms[worker.name] = GpuWorkerVm(
                 f"{prefix}-{worker.name}",
                 adapters.worker_vm(spec, worker),
                 provider=proxmox,
-                mappings=mappings.mappings,
+                mappings={claim.ref: mappings.by_gpu[claim.ref].name for claim in worker.gpus},
                 vendor_data_file_id=files.vendor_data_file_id,
                 image_file_id=item(files.image_file_ids, url) if url else None,
                 host_command=host_command,
                 ssh_private_key=ssh_private_key,
-                depends_on=[mappings, *after_prep],
+                depends_on=[*own, *after_prep],
                 opts=child,
             )
     return ProxmoxLayer(vms=vms, iommu_checks={n: r.check for n, r in preflights.items()}, host_preps=preps)

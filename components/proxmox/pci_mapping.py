@@ -81,6 +81,8 @@ class GpuPciMappings(pulumi.ComponentResource):
 
     mappings: pulumi.Output[dict[str, str]]
     """GPU name -> mapping name."""
+    by_gpu: dict[str, proxmoxve.hardware.mapping.Pci]
+    """GPU name -> its mapping resource: a VM names and waits for the mappings of its own GPUs only."""
 
     def __init__(
         self,
@@ -101,6 +103,7 @@ class GpuPciMappings(pulumi.ComponentResource):
         scope = scope or current_scope()
         gpus = {g.name: g for _, g in node.passthrough_gpus}
         names: dict[str, pulumi.Output[str]] = {}
+        self.by_gpu = {}
         for placement in result.gpus:
             gpu = gpus[placement.gpu]
             group: pulumi.Input[int] | None = placement.iommu_group
@@ -125,5 +128,6 @@ class GpuPciMappings(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
             )
             names[gpu.name] = mapping.name
+            self.by_gpu[gpu.name] = mapping
         self.mappings = pulumi.Output.all(**names) if names else pulumi.Output.from_input({})
         self.register_outputs({"mappings": self.mappings})

@@ -14,7 +14,6 @@ from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.spec_base import GpuModelKey, HostName, SpecModel
 from proxmox_gpu_cluster.core.worker_spec import Worker
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.outputs import item
 from proxmox_gpu_cluster.render.host_scripts import remote_command, script
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
@@ -106,7 +105,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
         args: WorkerVmArgs,
         *,
         provider: proxmoxve.Provider,
-        mappings: pulumi.Input[Mapping[str, str]],
+        mappings: Mapping[str, pulumi.Input[str]],
         vendor_data_file_id: pulumi.Input[str],
         image_file_id: pulumi.Input[str] | None = None,
         host_command: command.Provider | None = None,
@@ -122,10 +121,14 @@ class GpuWorkerVm(pulumi.ComponentResource):
         password_mode = args.password_auth
         large_bar = args.large_bar
         net = worker.network
+        unmapped = [i for i, claim in enumerate(worker.gpus) if claim.ref not in mappings]
+        if unmapped:
+            problems = [Problem(f"worker.gpus[{i}]", f"no PCI mapping for GPU {worker.gpus[i].ref}") for i in unmapped]
+            raise InvalidComponentArgs(name, problems)
         hostpcis = [
             proxmoxve.VmLegacyHostpciArgs(
                 device=f"hostpci{i}",
-                mapping=item(mappings, claim.ref),
+                mapping=mappings[claim.ref],
                 pcie=True,  # q35 PCIe root port: what the NVIDIA driver expects of a datacenter GPU
                 rombar=True,
                 xvga=False,  # compute GPUs are not the VM's display; the console stays on the emulated VGA

@@ -81,6 +81,17 @@ def test_worker_vm_from_its_args() -> None:
     assert not rec.of_type("command:remote:Command")  # an L4 needs no large-BAR window
 
 
+def test_worker_vm_needs_a_mapping_per_claimed_gpu() -> None:
+    args = WorkerVmArgs(worker=worker(), gpu_models=("L4",), ssh_public_keys=(KEY,))
+
+    def program() -> None:
+        GpuWorkerVm("vm", args, provider=proxmoxve.Provider("pve"), mappings={"other": "m"}, vendor_data_file_id="s")
+
+    with pytest.raises(InvalidComponentArgs) as err:
+        run(program)
+    assert err.value.lines == ["vm.worker.gpus[0]: no PCI mapping for GPU l4-0"]
+
+
 def test_worker_vm_args_refuse_what_cannot_be_built() -> None:
     with pytest.raises(ValueError, match="one model per GPU claim"):
         WorkerVmArgs(worker=worker(), gpu_models=("L4", "L4"), ssh_public_keys=(KEY,))
