@@ -53,6 +53,7 @@ def build_guests(
             ssh_private_key=secrets.ssh_private_key,
             join_token=secrets.join_token,
             ca_cert_hash=secrets.ca_cert_hash,
+            kubeconfig=secrets.kubeconfig,
             replace_with=[vm.vm],
             opts=opts,
         )

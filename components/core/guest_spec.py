@@ -45,6 +45,17 @@ class ExpectedGpu(SpecModel):
     )
 
 
+class RolloutSpec(SpecModel):
+    """How a joined node is taken out of service for a disruptive change (guest_rollout.sh)."""
+
+    max_unavailable: int = Field(default=1, ge=1, le=1000, description="Nodes disrupted at once, cluster-wide.")
+    lease_seconds: int = Field(default=3600, ge=60, le=86400, description="A dead run's slot expires after this.")
+    wait_seconds: int = Field(default=21600, ge=0, le=604800, description="Longest wait for a free slot.")
+    drain_timeout_seconds: int = Field(default=600, ge=30, le=86400, description="Longest drain.")
+    delete_emptydir_data: bool = Field(default=True, description="Evict pods with emptyDir volumes too.")
+    force: bool = Field(default=False, description="Also delete pods no controller manages.")
+
+
 class GuestBootstrapSpec(SpecModel):
     """Everything the bootstrap scripts need for one host."""
 
@@ -80,6 +91,11 @@ class GuestBootstrapSpec(SpecModel):
     cdi: bool = Field(default=False, description="Generate a CDI spec for the host's GPUs (host toolkit only).")
     join_method: Literal["kubeadm", "none"] = Field(default="kubeadm", description="How the host joins Kubernetes.")
     api_endpoint: ApiEndpoint = Field(description="API server host:port.")
+    rollout: RolloutSpec | None = Field(
+        default=None,
+        description="Roll disruptive changes of a joined node through slots (needs the admin kubeconfig); None: "
+        "change it in place.",
+    )
     kubernetes_minor: int = Field(ge=MIN_KUBERNETES_MINOR, le=99, description="Kubernetes minor version (34).")
 
     @model_validator(mode="after")
@@ -109,6 +125,7 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
     """
     op = spec.gpu_operator
     guest = spec.guest
+    drain = spec.kubernetes.drain
     host_driver = op.driver_mode == "host" and worker.workload == "container"
     kubevirt = worker.workload != "container"
     mode: Literal["host", "operator", "vfio"] = "host" if host_driver else "operator"
@@ -133,4 +150,14 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
         join_method=spec.kubernetes.join_method,
         api_endpoint=spec.kubernetes.api_endpoint,
         kubernetes_minor=spec.kubernetes.minor,
+        rollout=RolloutSpec(
+            max_unavailable=drain.max_unavailable,
+            lease_seconds=drain.slot_lease_seconds,
+            wait_seconds=drain.slot_wait_seconds,
+            drain_timeout_seconds=drain.timeout_seconds,
+            delete_emptydir_data=drain.delete_emptydir_data,
+            force=drain.force,
+        )
+        if spec.kubernetes.join_method == "kubeadm"
+        else None,
     )

@@ -176,6 +176,27 @@ class DrainSpec(SpecModel):
         description="Also delete pods no controller manages (they are not recreated anywhere); off: such pods make "
         "the drain fail, naming them.",
     )
+    max_unavailable: Int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="How many joined GPU nodes a rolling change (a new driver, kernel arguments, vfio binding: "
+        "anything that reboots the guest) may take out of service at once, cluster-wide: each takes a slot (a "
+        "Lease in kube-system), is cordoned and drained, changed, verified and uncordoned before giving it back.",
+    )
+    slot_lease_seconds: Int = Field(
+        default=3600,
+        ge=60,
+        le=86400,
+        description="How long a slot stays taken when the run that took it dies without giving it back; then "
+        "another node may take it over.",
+    )
+    slot_wait_seconds: Int = Field(
+        default=21600,
+        ge=0,
+        le=604800,
+        description="How long a node waits for a free slot before its step fails, naming the holders.",
+    )
 
 
 class KubernetesSpec(SpecModel):
@@ -189,7 +210,8 @@ class KubernetesSpec(SpecModel):
     )
     drain: DrainSpec = Field(
         default_factory=DrainSpec,
-        description="How a worker's node is drained before its VM is replaced or removed.",
+        description="How a worker's node is drained before its VM is replaced or removed, and how many nodes a "
+        "rolling change disrupts at once.",
     )
 
     @model_validator(mode="after")

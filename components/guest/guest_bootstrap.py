@@ -7,10 +7,13 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_command as command
 
+from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.render.guest_scripts import (
     CA_CERT_HASH_VAR,
     JOIN_TOKEN_VAR,
+    KUBECONFIG_VAR,
     driver_args,
     join_args,
     runtime_args,
@@ -74,6 +77,7 @@ class GuestBootstrap(pulumi.ComponentResource):
         ssh_private_key: pulumi.Input[str],
         join_token: pulumi.Input[str] | None = None,
         ca_cert_hash: pulumi.Input[str] | None = None,
+        kubeconfig: pulumi.Input[str] | None = None,
         port: int = 22,
         replace_with: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
@@ -81,12 +85,25 @@ class GuestBootstrap(pulumi.ComponentResource):
         """``host``: address to connect to; pass an output of the machine (e.g. ``GpuWorkerVm.ip_address``) so
         the steps wait for it. ``replace_with``: resources whose replacement means a fresh host (the VM), which
         makes every step run again. ``join_token``/``ca_cert_hash``: required for join method kubeadm; kept
-        secret whatever is passed."""
+        secret whatever is passed. ``kubeconfig``: the admin credential a rollout (``bootstrap.rollout``) uses to take a
+        slot, cordon, drain and uncordon the node; it reaches the driver and verify steps only inside their secret
+        stdin."""
         super().__init__("proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap", name, None, opts)
         kubeadm = bootstrap.join_method == "kubeadm"
         if kubeadm and (join_token is None or ca_cert_hash is None):
             raise ValueError("join method kubeadm needs join_token and ca_cert_hash")
+        if bootstrap.rollout is not None and kubeconfig is None:
+            problem = Problem("kubeconfig", "a rollout (bootstrap.rollout) needs the admin kubeconfig")
+            raise InvalidComponentArgs(name, [problem])
         connection = ssh_connection(host, user, ssh_private_key, port)
+
+        def rolling(step_name: str) -> pulumi.Input[str]:
+            # The step's script with the admin kubeconfig assigned first: secret, so it is encrypted in state and
+            # never shown; the step's output stays readable (the script never prints the credential).
+            if bootstrap.rollout is None or kubeconfig is None:
+                return step_script(step_name)
+            text = pulumi.Output.from_input(kubeconfig).apply(lambda kc: secret_stdin(step_name, {KUBECONFIG_VAR: kc}))
+            return pulumi.Output.secret(text)
 
         def step(
             role: str,
@@ -122,7 +139,7 @@ class GuestBootstrap(pulumi.ComponentResource):
             "driver",
             driver_args(bootstrap),
             cloud_init,
-            step_script("driver"),
+            rolling("driver"),
             delete=purge if bootstrap.purge_driver_on_destroy else None,
         )
         wait = command.local.Command(
@@ -139,7 +156,7 @@ class GuestBootstrap(pulumi.ComponentResource):
                 lambda values: secret_stdin("join", {JOIN_TOKEN_VAR: values[0], CA_CERT_HASH_VAR: values[1]})
             )
             last = step("join", join_args(bootstrap), last, pulumi.Output.secret(stdin), secret=True)
-        verify = step("verify", verify_args(bootstrap), last, step_script("verify"))
+        verify = step("verify", verify_args(bootstrap), last, rolling("verify"))
         self.node_name = pulumi.Output.from_input(bootstrap.node_name)
         self.host = pulumi.Output.from_input(host)
         self.rebooted = driver.stdout.apply(lambda out: REBOOT_SCHEDULED in (out or ""))

@@ -72,10 +72,28 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
         "vmRestarts": "never by the provider: changes that need one stay pending until the VM is restarted",
         "driverChangeReboots": spec.gpu_operator.driver_mode == "host"
         and any(w.workload == "container" for w in spec.workers),
+        "rollingChanges": _host_roll(spec),
         "operatorDriverRoll": _operator_roll(spec),
         "capacityGateSeconds": spec.gpu_operator.capacity_gate_seconds
         if spec.kubernetes.join_method == "kubeadm"
         else 0,
+    }
+
+
+def _host_roll(spec: ClusterSpec) -> dict[str, object] | None:
+    """How a change that takes joined nodes out of service (a new host driver, kernel arguments, vfio binding)
+    rolls: slots of ``maxUnavailable`` nodes, in the order Pulumi reaches them (None when nodes join elsewhere)."""
+    if spec.kubernetes.join_method != "kubeadm" or not spec.workers:
+        return None
+    drain = spec.kubernetes.drain
+    nodes = [w.name for w in spec.workers]
+    slots = drain.max_unavailable
+    return {
+        "order": ["take slot", "cordon", "drain", "change", "reboot if needed", "verify", "uncordon", "release slot"],
+        "maxUnavailable": slots,
+        "nodes": nodes,
+        "rounds": -(-len(nodes) // slots),
+        "slotWaitSeconds": drain.slot_wait_seconds,
     }
 
 
@@ -110,11 +128,19 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
         "VM settings that need a restart (cores, memory, GPUs, cloud-init) stay pending until you drain and restart "
         "the VM: the provider never restarts a worker"
     )
-    if spec.gpu_operator.driver_mode == "host" and any(w.workload == "container" for w in spec.workers):
+    host = _host_roll(spec)
+    if host is not None:
         lines.append(
-            "Guest reboots: a new driver build or branch is installed on every worker at once, and a guest whose old "
-            "module is loaded reboots without a drain; change gpuOperator.driverBranch/driverVersion in a "
-            "maintenance window (driver changes do not roll node by node yet)"
+            f"Rolling changes of joined nodes (a new host driver build or branch, kernel arguments, vfio binding): "
+            f"at most {host['maxUnavailable']} of {len(spec.workers)} node(s) at a time, cluster-wide, so at least "
+            f"{host['rounds']} round(s): take a slot, cordon, drain, change, reboot if needed, verify, uncordon, "
+            "release; a node that fails stays cordoned and frees its slot; a node that has not joined yet rolls nothing"
+        )
+    elif spec.gpu_operator.driver_mode == "host" and any(w.workload == "container" for w in spec.workers):
+        lines.append(
+            "Guest reboots: nodes joined elsewhere (joinMethod none) are not drained: a new driver build or branch "
+            "is installed on every worker at once; change gpuOperator.driverBranch/driverVersion in a maintenance "
+            "window"
         )
     op = spec.gpu_operator
     if op.driver_mode == "host" and op.driver_version is None and any(w.workload == "container" for w in spec.workers):

@@ -25,11 +25,16 @@ KUBECONFIG_VAR = "PGC_KUBECONFIG"
 GUEST_SCRIPT_VAR = "PGC_GUEST_SCRIPT"
 
 
+ROLLOUT_STEPS = ("driver", "verify")
+"""Steps that take (driver) and give back (verify) a rolling-change slot; they get the admin kubeconfig."""
+
+
 def step_script(step: str) -> str:
     """What the guest runs for ``step``: the shared helpers followed by the step's script."""
     if step not in STEPS:
         raise ValueError(f"unknown bootstrap step {step!r}; steps: {', '.join(STEPS)}")
-    return script("guest_lib.sh") + "\n" + script(f"guest_{step.replace('-', '_')}.sh")
+    rollout = script("guest_rollout.sh") + "\n" if step in ROLLOUT_STEPS else ""
+    return script("guest_lib.sh") + "\n" + rollout + script(f"guest_{step.replace('-', '_')}.sh")
 
 
 def assignments(values: Mapping[str, str]) -> str:
@@ -90,7 +95,18 @@ def driver_args(b: GuestBootstrapSpec) -> list[str]:
     if b.driver_mode == "vfio":
         for vendor_device in sorted({g.vendor_device for g in b.gpus}):
             args += ["--vfio-id", vendor_device]
-    return args
+    return args + rollout_args(b)
+
+
+def rollout_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_rollout.sh arguments of the driver and verify steps (none without a rollout)."""
+    r = b.rollout
+    if r is None:
+        return []
+    args = ["--rollout", "1", "--rollout-node", b.node_name, "--rollout-api", b.api_endpoint]
+    args += ["--rollout-max-unavailable", str(r.max_unavailable), "--rollout-lease-seconds", str(r.lease_seconds)]
+    args += ["--rollout-wait-seconds", str(r.wait_seconds), "--rollout-drain-timeout", str(r.drain_timeout_seconds)]
+    return [*args, "--rollout-delete-emptydir-data", _flag(r.delete_emptydir_data), "--rollout-force", _flag(r.force)]
 
 
 def runtime_args(b: GuestBootstrapSpec) -> list[str]:
@@ -124,7 +140,7 @@ def verify_args(b: GuestBootstrapSpec) -> list[str]:
         args += ["--kvm", "1"]
     for arg in b.kernel_args:
         args += ["--kernel-arg", arg]
-    return args
+    return args + rollout_args(b)
 
 
 def _flag(value: bool) -> str:

@@ -5,6 +5,10 @@
 #
 # Usage: guest_driver.sh --mode host|operator|vfio --branch NNN --flavor server|desktop --modules open|proprietary
 #                        [--version X.Y[.Z]] [--kernel-arg ARG ...] [--vfio-id VENDOR:DEVICE ...] [--purge]
+#                        [--rollout 1 --rollout-node NAME --rollout-api HOST:PORT ...] (guest_rollout.sh)
+# On a node that has joined the cluster, a change that takes it out of service (a driver install, a kernel
+# argument, a vfio binding, a reboot still due) first takes a rollout slot, cordons and drains it, so the new
+# driver never meets running or new GPU pods; the verify step uncordons it. Sent after guest_rollout.sh.
 # Packages: nvidia-headless-<branch>[-server][-open] (driver, DKMS module source, compute libraries; no X
 # stack) and nvidia-utils-<branch>[-server] (nvidia-smi), from Ubuntu's restricted archive, plus the headers of the
 # running kernel and the kernel-tracking headers metapackage, so DKMS builds the module for every later kernel.
@@ -34,10 +38,11 @@ while (($#)); do
     shift
     continue
     ;;
-  *) die "unknown argument $1" ;;
+  *) rollout_arg "$1" "$2" || die "unknown argument $1" ;;
   esac
   shift 2
 done
+rollout_check_args
 [[ "$mode" =~ ^(host|operator|vfio)$ ]] || fail "--mode" "host, operator or vfio" "'$mode'"
 for arg in "${kernel_args[@]}"; do
   [[ "$arg" =~ ^[a-z0-9_.-]+(=[A-Za-z0-9_.,:-]+)?$ ]] || fail "--kernel-arg" "key[=value]" "'$arg'"
@@ -238,10 +243,50 @@ purge_driver() {
   echo "driver: purged ${pkgs[*]} (the running module stays until the next boot)"
 }
 
+# all_bound <driver>: every function with a --vfio-id is bound to it now (reads sysfs only).
+all_bound() {
+  local id dev
+  for id in "${vfio_ids[@]}"; do
+    while read -r dev; do
+      [[ -z "$dev" || "$(bound_driver "$dev")" == "$1" ]] || return 1
+    done < <(pci_devices "$id")
+  done
+}
+
+# change_pending: whether this run would take the node out of service; prints why. Changes nothing.
+change_pending() {
+  local have
+  if [[ "$mode" == host ]]; then
+    have="$(installed_version "$driver_pkg")"
+    if [[ -z "$have" || "$(installed_version "$utils_pkg")" != "$have" ]]; then
+      echo "install $driver_pkg${version:+ $version}"
+      return 0
+    elif [[ -n "$version" && "$have" != "$version"-* ]]; then
+      echo "driver $have -> $version"
+      return 0
+    fi
+  fi
+  if ! kernel_args_active; then
+    echo "kernel arguments ${kernel_args[*]}"
+  elif loaded nouveau; then
+    echo "nouveau to unload"
+  elif [[ "$mode" == vfio ]] && ! all_bound vfio-pci; then
+    echo "GPUs to vfio-pci"
+  elif [[ "$mode" != vfio ]] && vfio_left_bound; then
+    echo "GPUs off vfio-pci"
+  else
+    return 1
+  fi
+}
+
 main() {
+  local why
   if ((purge)); then
     [[ "$mode" == host ]] && purge_driver
     return 0
+  fi
+  if rollout_joined && why="$(change_pending)"; then
+    rollout_begin "$why"
   fi
   blacklist_nouveau
   configure_kernel_args

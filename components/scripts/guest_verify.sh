@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Step 5 of the guest bootstrap, the gate before the GPU stack: the host sees exactly the GPUs assigned to it on
 # the PCI bus and (host driver) in nvidia-smi, and containerd knows the nvidia runtime (host toolkit).
-# Changes nothing. Sent after guest_lib.sh.
+# Changes nothing on the host. Sent after guest_lib.sh and guest_rollout.sh.
 #
 # KubeVirt nodes: the GPUs on vfio-pci (vm-passthrough), the kernel booted with the IOMMU arguments and IOMMU
 # groups present, and /dev/kvm (a VM worker needs nested virtualization from its Proxmox node).
 #
 # Usage: guest_verify.sh --gpu VENDOR:DEVICE=PRODUCT [--gpu ...] [--nvidia-smi 0|1] [--driver VERSION|BRANCH]
 #                        [--containerd-nvidia 0|1] [--vfio 0|1] [--kvm 0|1] [--kernel-arg ARG ...]
+#                        [--rollout 1 --rollout-node NAME --rollout-api HOST:PORT ...] (guest_rollout.sh)
+# A node the driver step cordoned for a rolling change (guest_rollout.sh) is uncordoned once it passed and its slot
+# given back; when it fails, the slot is given back and the node stays cordoned.
 # PRODUCT is the NVML name with spaces as dashes (NVIDIA-A10). Prints "verify: driver: <version>" (host driver)
 # and "verify: ok: ..." or fails naming what was expected and what was seen.
 set -euo pipefail
@@ -24,10 +27,11 @@ while (($#)); do
   --nvidia-smi) nvidia_smi="$2" ;;
   --driver) driver="$2" ;;
   --containerd-nvidia) containerd_nvidia="$2" ;;
-  *) die "unknown argument $1" ;;
+  *) rollout_arg "$1" "$2" || die "unknown argument $1" ;;
   esac
   shift 2
 done
+rollout_check_args
 ((${#gpus[@]})) || fail "arguments" "at least one --gpu" "none"
 
 # How many GPUs of each vendor:device id the host must have.
@@ -103,6 +107,8 @@ check_kvm() {
 }
 
 main() {
+  local joined=0
+  rollout_joined && joined=1
   check_pci
   ((${#kernel_args[@]})) && check_kernel
   ((vfio)) && check_vfio
@@ -110,6 +116,9 @@ main() {
   ((nvidia_smi)) && check_nvidia_smi
   ((containerd_nvidia)) && check_containerd
   echo "verify: ok: $(printf '%s\n' "${gpus[@]#*=}" | paste -sd, -)"
+  if ((joined)); then
+    rollout_end
+  fi
 }
 
 main "$@" </dev/null

@@ -67,3 +67,20 @@ def test_a_branch_only_pin_says_builds_may_differ() -> None:
     assert any(line.startswith("Driver builds: only branch 580 is pinned") for line in lines)
     raw["gpuOperator"]["driverVersion"] = "580.95.05"
     assert not any(line.startswith("Driver builds:") for line in disruption_lines(load_spec(raw)))
+
+
+def test_rolling_changes_say_how_many_nodes_at_a_time() -> None:
+    raw = base_spec()
+    raw["kubernetes"]["drain"] = {"maxUnavailable": 2}
+    spec = load_spec(raw)
+    roll = disruption(spec)["rollingChanges"]
+    assert roll == {
+        "order": ["take slot", "cordon", "drain", "change", "reboot if needed", "verify", "uncordon", "release slot"],
+        "maxUnavailable": 2, "nodes": ["mig-1", "mig-2", "ts-1"], "rounds": 2, "slotWaitSeconds": 21600,
+    }  # fmt: skip
+    line = next(x for x in disruption_lines(spec) if x.startswith("Rolling changes"))
+    assert "at most 2 of 3 node(s) at a time, cluster-wide, so at least 2 round(s)" in line
+    elsewhere = base_spec()
+    elsewhere["kubernetes"]["joinMethod"] = "none"
+    assert disruption(load_spec(elsewhere))["rollingChanges"] is None
+    assert any("not drained" in x for x in disruption_lines(load_spec(elsewhere)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shlex
 import subprocess
 import sys
 from typing import Any
@@ -14,10 +15,11 @@ import pulumi_command as command
 import pytest
 
 from proxmox_gpu_cluster.core.errors import SpecError
-from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, RolloutSpec, bootstrap_spec
 from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
-from proxmox_gpu_cluster.render.guest_scripts import driver_args, verify_args
+from proxmox_gpu_cluster.render.guest_scripts import driver_args, rollout_args, verify_args
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, redact, run
 from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
 
@@ -192,7 +194,9 @@ def test_verify_expects_every_assigned_gpu() -> None:
     chain = steps(plan_stack(base_spec()), "ts-1")
     assert chain["verify"].plain_inputs["create"] == (
         "sudo -n bash -s -- --gpu 10de:2236=NVIDIA-A10 --gpu 10de:2236=NVIDIA-A10 --nvidia-smi 1 --driver 580 "
-        "--containerd-nvidia 1"
+        "--containerd-nvidia 1 --rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443 "
+        "--rollout-max-unavailable 1 --rollout-lease-seconds 3600 --rollout-wait-seconds 21600 "
+        "--rollout-drain-timeout 600 --rollout-delete-emptydir-data 1 --rollout-force 0"
     )
 
 
@@ -212,7 +216,8 @@ def test_kubevirt_workers_get_no_driver_or_toolkit() -> None:
     b = bootstrap_spec(spec, spec.workers[2])
     assert (b.driver_mode, b.toolkit, b.cdi) == ("vfio", False, False)
     assert (b.kernel_args, b.kvm) == (("intel_iommu=on", "iommu=pt"), True)
-    assert driver_args(b)[-4:] == ["--kernel-arg", "iommu=pt", "--vfio-id", "10de:2236"]
+    assert driver_args(b)[-4 - len(rollout_args(b)) :] == ["--kernel-arg", "iommu=pt", "--vfio-id", "10de:2236",
+                                                           *rollout_args(b)]  # fmt: skip
     vgpu = load_spec(make_vm_worker(base_spec(), 2, "vm-vgpu"))
     b = bootstrap_spec(vgpu, vgpu.workers[2])
     assert (b.driver_mode, b.toolkit, b.kernel_args, b.kvm) == ("operator", False, ("intel_iommu=on", "iommu=pt"), True)
@@ -295,3 +300,32 @@ def test_each_workers_driver_build_is_an_output() -> None:
     assert driver_version_of("verify: ok: NVIDIA-A10\n") == ""
     rec = plan_stack(base_spec())
     assert set(rec.outputs["driverVersions"]) == {"mig-1", "mig-2", "ts-1"}
+
+
+def test_the_rolling_steps_get_the_admin_kubeconfig_only_inside_a_secret_stdin() -> None:
+    rec = plan_stack(base_spec())
+    chain = steps(rec, "ts-1")
+    for role in ("driver", "verify"):
+        step = chain[role]
+        assert is_secret(step.inputs["stdin"])
+        assert step.plain_inputs["stdin"].startswith(f"PGC_KUBECONFIG={shlex.quote(SECRETS['kubeconfig'])}\n")
+        assert "--rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443" in step.plain_inputs["create"]
+        assert "CANARY-KUBECONFIG" not in json.dumps(redact(step.inputs))
+        assert "stdout" not in step.additional_secret_outputs  # the verify report and driver build stay readable
+    assert not is_secret(chain["runtime"].inputs["stdin"])  # the others never see it
+    versions = rec.outputs["driverVersions"]  # not secret: the kubeconfig rode in stdin, not in what verify printed
+    assert not is_secret(versions) and redact(versions) == dict.fromkeys(("mig-1", "mig-2", "ts-1"), "[unknown]")
+
+
+def test_a_rollout_without_the_admin_kubeconfig_is_refused() -> None:
+    rolling = STANDALONE.model_copy(update={"rollout": RolloutSpec()})
+
+    def program() -> None:
+        GuestBootstrap(
+            "bm1", rolling, provider=command.Provider("cmd"), host="h", user="root", ssh_private_key="k",
+            join_token="abcdef.0123456789abcdef", ca_cert_hash="sha256:" + "0" * 64,
+        )  # fmt: skip
+
+    with pytest.raises(InvalidComponentArgs) as err:
+        run(program)
+    assert err.value.lines == ["bm1.kubeconfig: a rollout (bootstrap.rollout) needs the admin kubeconfig"]

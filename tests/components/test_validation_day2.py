@@ -132,6 +132,12 @@ BAD: list[tuple[str, Callable[[Spec], None], str, str]] = [
      f"{C}.workers[1].gpus[0].mig.1g.5gb", "expected a number, got a boolean"),
     ("drain timeout too long", section("kubernetes", drain={"timeoutSeconds": 10**6}),
      f"{C}.kubernetes.drain.timeoutSeconds", "less than or equal to 86400"),
+    ("no rolling slot", section("kubernetes", drain={"maxUnavailable": 0}),
+     f"{C}.kubernetes.drain.maxUnavailable", "greater than or equal to 1"),
+    ("rolling slots as text", section("kubernetes", drain={"maxUnavailable": "all"}),
+     f"{C}.kubernetes.drain.maxUnavailable", "valid integer"),
+    ("slot lease too short", section("kubernetes", drain={"slotLeaseSeconds": 5}),
+     f"{C}.kubernetes.drain.slotLeaseSeconds", "greater than or equal to 60"),
     # images
     ("template is the worker itself", worker(0, image={"templateVmid": 2001}), f"{C}.workers[0].image.templateVmid",
      "2001 is this worker's own vmid"),

@@ -3,7 +3,9 @@
 ``FakeCluster`` keeps nodes and pods in a JSON file (locked, so several guests can drain at once against one
 cluster) and installs a ``kubectl`` into a FakeGuest that reads and changes it the way the real API would for
 ``get``, ``cordon``, ``drain`` (evictions: a PodDisruptionBudget refuses them; pods without a controller need
-``--force``; DaemonSet pods stay) and ``delete node``. kubectl only works with the expected kubeconfig, read from
+``--force``; DaemonSet pods stay), ``delete node``, ``annotate``, ``uncordon`` and coordination.k8s.io Leases
+(``create -f -`` fails when one exists, ``replace -f -`` when its resourceVersion moved on: both atomic under the
+lock, as the API server's are). Every cordon, uncordon, lease write and release is logged with its time. kubectl only works with the expected kubeconfig, read from
 the ``--kubeconfig`` file, whose mode is recorded.
 
 ``install_qm`` gives a FakeRoot (the Proxmox node) a ``qm`` whose ``guest exec`` runs the command inside a FakeGuest
@@ -20,7 +22,7 @@ from typing import Any
 from tests.components.scripts.fakeroot import FakeRoot
 
 _KUBECTL = r"""
-import fcntl, json, os, stat, sys
+import fcntl, json, os, stat, sys, time
 state_path, expected = sys.argv[1], open(sys.argv[2]).read()
 args = sys.argv[3:]
 config = args[args.index("--kubeconfig") + 1]
@@ -39,9 +41,52 @@ with open(state_path, "r+") as f:
         sys.exit(print("The connection to the server 10.0.0.1:6443 was refused", file=sys.stderr) or 1)
     out, code = [], 0
     verb = args[0]
-    if verb == "get" and args[1] == "node":
+    leases = state.setdefault("leases", {})
+    annotations = state.setdefault("annotations", {})
+    def event(what, node):
+        state.setdefault("events", []).append([time.time(), what, node])
+    if verb == "get" and args[1] == "node" and "-o" in args and args[args.index("-o") + 1].startswith("jsonpath="):
+        out.append(annotations.get(args[2], {}).get("proxmox-gpu-cluster.io/rollout", ""))
+    elif verb == "get" and args[1] == "node":
         if args[2] in state["nodes"]:
             out.append("node/" + args[2])
+    elif verb == "get" and args[1] == "lease":
+        if args[2] in leases:
+            out.append(json.dumps(leases[args[2]]))
+    elif verb in ("create", "replace") and args[1:3] == ["-f", "-"]:
+        lease = json.loads(sys.stdin.read())
+        assert lease["kind"] == "Lease" and lease["metadata"]["namespace"] == "kube-system", lease
+        name = lease["metadata"]["name"]
+        current = leases.get(name)
+        if verb == "create" and current is not None:
+            out.append(f'Error from server (AlreadyExists): leases.coordination.k8s.io "{name}" already exists')
+            code = 1
+        elif verb == "replace" and (current is None or
+                                    current["metadata"]["resourceVersion"] != lease["metadata"].get("resourceVersion")):
+            out.append(f'Error from server (Conflict): Operation cannot be fulfilled on leases "{name}"')
+            code = 1
+        else:
+            state["version"] = state.get("version", 0) + 1
+            lease["metadata"]["resourceVersion"] = str(state["version"])
+            leases[name] = lease
+            event("lease", lease["spec"]["holderIdentity"])
+            out.append(f"lease.coordination.k8s.io/{name} {verb}d")
+    elif verb == "delete" and args[1] == "lease":
+        holder = leases.pop(args[2], {}).get("spec", {}).get("holderIdentity")
+        event("release", holder)
+        out.append(f'lease.coordination.k8s.io "{args[2]}" deleted')
+    elif verb == "annotate":
+        node, change = args[2], next(a for a in args[3:] if not a.startswith("--"))
+        if change.endswith("-"):
+            annotations.get(node, {}).pop(change[:-1], None)
+        else:
+            key, value = change.split("=", 1)
+            annotations.setdefault(node, {})[key] = value
+        out.append(f"node/{node} annotated")
+    elif verb == "uncordon":
+        state["cordoned"] = sorted(set(state["cordoned"]) - {args[1]})
+        event("uncordon", args[1])
+        out.append(f"node/{args[1]} uncordoned")
     elif verb == "get" and args[1] == "pods":
         node = next(a for a in args if a.startswith("spec.nodeName=")).split("=", 1)[1]
         for p in state["pods"]:
@@ -49,6 +94,7 @@ with open(state_path, "r+") as f:
                 out.append(f'{p["ns"]}/{p["name"]} {p.get("owner") or ""} ')
     elif verb == "cordon":
         state["cordoned"] = sorted({*state["cordoned"], args[1]})
+        event("cordon", args[1])
         out.append(f"node/{args[1]} cordoned")
     elif verb == "drain":
         node, force = args[1], "--force" in args
@@ -130,10 +176,10 @@ class FakeCluster:
     nodes: list[str] = field(default_factory=list)
     pods: list[Pod] = field(default_factory=list)
 
-    def save(self, api_down: bool = False) -> None:
+    def save(self, api_down: bool = False, leases: dict[str, Any] | None = None) -> None:
         state = {
             "nodes": self.nodes, "cordoned": [], "pods": [vars(p) for p in self.pods], "api_down": api_down,
-            "server": self.server,
+            "server": self.server, "leases": leases or {}, "annotations": {}, "events": [],
         }  # fmt: skip
         self.path.write_text(json.dumps(state))
         (self.path.parent / "expected-kubeconfig").write_text(self.kubeconfig)

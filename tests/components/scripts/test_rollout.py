@@ -1,0 +1,194 @@
+"""Rolling disruptive changes over joined nodes (guest_rollout.sh in the driver and verify steps), in fake guests
+against one fake API server that keeps the slots (Leases), cordons and pods.
+
+Covered: a driver bump on a joined node (slot, cordon, drain, install, reboot, verify, uncordon, slot given back);
+a first provisioning and an unchanged node take no slot; a failed verify leaves the node cordoned with its slot
+given back; a drain a PodDisruptionBudget blocks changes nothing; an expired slot is taken over, a live one is
+waited for (bounded, naming the holder); and N nodes rolled at once never have more than maxUnavailable between
+cordon and uncordon.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import json
+from pathlib import Path
+
+import pytest
+
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
+from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, driver_args, verify_args
+from tests.components.scripts.fakeguest import FakeGuest
+from tests.components.scripts.fakekube import FakeCluster, Pod
+from tests.components.scripts.fakeroot import Result
+from tests.support import external
+
+KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user: {token: CANARY-ROLLOUT-TOKEN}\n"
+ENDPOINT = "k8s.example.test:6443"
+OLD, NEW = "580.95.05", "580.105.08"
+
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    # The fake kubectl and the scripts' Lease JSON run on the system interpreter, as python3 on an Ubuntu guest.
+    external(Path("/usr/bin/python3"), "python3", "install it with: apt-get install python3")
+
+
+def spec(node: str, version: str, max_unavailable: int = 1, wait: int = 600) -> GuestBootstrapSpec:
+    return GuestBootstrapSpec.model_validate(
+        {
+            "nodeName": node, "gpus": [{"vendorDevice": "10de:2236", "product": "NVIDIA-A10"}], "driverMode": "host",
+            "driverBranch": "580", "driverVersion": version, "kernelModules": "open", "toolkit": False,
+            "apiEndpoint": ENDPOINT, "kubernetesMinor": 34,
+            "rollout": {"maxUnavailable": max_unavailable, "waitSeconds": wait, "drainTimeoutSeconds": 60},
+        }
+    )  # fmt: skip
+
+
+def run(guest: FakeGuest, step: str, b: GuestBootstrapSpec) -> Result:
+    args = driver_args(b) if step == "driver" else verify_args(b)
+    return guest.step(step, *args, secrets={KUBECONFIG_VAR: KUBECONFIG})
+
+
+def joined_guest(root: Path, cluster: FakeCluster, node: str) -> FakeGuest:
+    """A guest provisioned with the old driver and joined as ``node``."""
+    guest = FakeGuest(root)
+    cluster.install(guest)
+    first = run(guest, "driver", spec(node, OLD))  # not joined yet: no slot
+    assert first.returncode == 0, first.stderr
+    guest.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    return guest
+
+
+def roll(guest: FakeGuest, node: str, version: str, max_unavailable: int = 1) -> tuple[Result, Result]:
+    """The driver step, the reboot it schedules, then the verify step."""
+    b = spec(node, version, max_unavailable)
+    driver = run(guest, "driver", b)
+    if driver.returncode == 0 and "reboot: scheduled" in driver.stdout:
+        guest.reboot()
+    return driver, run(guest, "verify", b)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> FakeCluster:
+    c = FakeCluster(tmp_path / "api.json", KUBECONFIG, nodes=["gpu-a", "gpu-b"])
+    c.pods = [Pod("ml", "train-0", "gpu-a"), Pod("ml", "serve-0", "gpu-b")]
+    c.save()
+    return c
+
+
+def test_a_driver_bump_on_a_joined_node_rolls_through_a_slot(tmp_path: Path, cluster: FakeCluster) -> None:
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
+    driver, verify = roll(guest, "gpu-a", NEW)
+    assert driver.returncode == 0, driver.stderr
+    lines = driver.stdout.splitlines()
+    took = next(i for i, line in enumerate(lines) if line.startswith("rollout: gpu-a took slot"))
+    installed = next(i for i, line in enumerate(lines) if "(installed)" in line)
+    assert "rollout: drained gpu-a" in lines[took:installed]  # cordoned and drained before the new driver
+    assert "driver 580.95.05-0ubuntu0.24.04.2 -> 580.105.08" in lines[took]
+    assert verify.returncode == 0, verify.stderr
+    assert "rollout: uncordoned gpu-a" in verify.stdout and "rollout: released slot" in verify.stdout
+    state = cluster.state()
+    assert state["cordoned"] == [] and state["leases"] == {} and state["annotations"]["gpu-a"] == {}
+    assert [p["name"] for p in state["pods"]] == ["serve-0"]  # gpu-a's pod was evicted, gpu-b's stays
+    assert [e[1:] for e in state["events"]] == [
+        ["lease", "gpu-a"], ["cordon", "gpu-a"], ["uncordon", "gpu-a"], ["release", "gpu-a"],
+    ]  # fmt: skip
+    assert "CANARY-ROLLOUT-TOKEN" not in driver.stdout + driver.stderr + verify.stdout + verify.stderr
+    assert set(cluster.modes()) == {"0o600"}
+    assert not list((guest.root / "run").glob("pgc-kubeconfig*"))  # removed when each step ended
+
+
+def test_first_provisioning_and_an_unchanged_node_take_no_slot(tmp_path: Path, cluster: FakeCluster) -> None:
+    guest = FakeGuest(tmp_path / "a")
+    cluster.install(guest)
+    first = run(guest, "driver", spec("gpu-a", OLD))
+    assert first.returncode == 0 and "rollout" not in first.stdout
+    assert not any(c.startswith("kubectl") for c in first.calls)  # not joined: the cluster is not even asked
+    guest.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    again, verify = roll(guest, "gpu-a", OLD)
+    assert again.returncode == verify.returncode == 0, again.stderr + verify.stderr
+    assert "rollout" not in again.stdout + verify.stdout and "reboot: not-needed" in again.stdout
+    assert cluster.state()["events"] == []
+
+
+def test_a_failed_verify_leaves_the_node_cordoned_and_frees_its_slot(tmp_path: Path, cluster: FakeCluster) -> None:
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
+    guest.write("fake-gpus", "")  # the GPU fell off the bus across the reboot
+    driver, verify = roll(guest, "gpu-a", NEW)
+    assert driver.returncode == 0 and verify.returncode == 1
+    assert "guest-bootstrap: verify: nvidia-smi -L: expected" in verify.stderr
+    assert "rollout: gpu-a stays cordoned after this failure; its slot is free for the other nodes" in verify.stderr
+    state = cluster.state()
+    assert state["cordoned"] == ["gpu-a"] and state["leases"] == {}
+    # Fixed and run again: verify passes, the node it cordoned is uncordoned.
+    guest.write("fake-gpus", "GPU 0: NVIDIA A10 (UUID: GPU-7f1c2a80-0000-0000-0000-000000000001)\n")
+    again = run(guest, "verify", spec("gpu-a", NEW))
+    assert again.returncode == 0 and "rollout: uncordoned gpu-a" in again.stdout
+    assert cluster.state()["cordoned"] == []
+
+
+def test_a_blocked_drain_changes_nothing(tmp_path: Path, cluster: FakeCluster) -> None:
+    cluster.pods = [Pod("ml", "train-0", "gpu-a", pdb=True)]
+    cluster.save()
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
+    driver = run(guest, "driver", spec("gpu-a", NEW))
+    assert driver.returncode == 1
+    assert "guest-bootstrap: driver: drain: expected no pods left on gpu-a within 60s" in driver.stderr
+    assert "disruption budget" in driver.stderr and "nothing was changed" in driver.stderr
+    assert guest.installed("nvidia-headless-580-server-open").startswith(OLD)  # type: ignore[union-attr]
+    state = cluster.state()
+    assert state["cordoned"] == ["gpu-a"] and state["leases"] == {}
+
+
+def lease(holder: str, age: int, seconds: int = 3600) -> dict[str, object]:
+    stamp = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "proxmox-gpu-cluster-rollout-0", "namespace": "kube-system", "resourceVersion": "7"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds, "renewTime": stamp},
+    }  # fmt: skip
+
+
+def test_an_expired_slot_is_taken_over_and_a_live_one_waited_for(tmp_path: Path, cluster: FakeCluster) -> None:
+    cluster.save(leases={"proxmox-gpu-cluster-rollout-0": lease("crashed-node", age=7200)})
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
+    driver, verify = roll(guest, "gpu-a", NEW)
+    assert driver.returncode == verify.returncode == 0, driver.stderr + verify.stderr
+    assert "rollout: gpu-a took slot proxmox-gpu-cluster-rollout-0" in driver.stdout
+    cluster.save(leases={"proxmox-gpu-cluster-rollout-0": lease("gpu-b", age=10)})
+    waiting = FakeGuest(tmp_path / "b")
+    cluster.install(waiting)
+    waiting.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    blocked = run(waiting, "driver", spec("gpu-a", NEW, wait=0))
+    assert blocked.returncode == 1
+    assert "rollout slot: expected one of 1 free within 0s, seen held by gpu-b" in blocked.stderr
+    assert cluster.state()["cordoned"] == []  # nothing was touched while waiting
+
+
+@pytest.mark.parametrize("max_unavailable", [1, 2])
+def test_concurrent_nodes_never_exceed_max_unavailable(tmp_path: Path, max_unavailable: int) -> None:
+    nodes = [f"gpu-{i}" for i in range(5)]
+    cluster = FakeCluster(tmp_path / "api.json", KUBECONFIG, nodes=nodes)
+    cluster.pods = [Pod("ml", f"job-{n}", n) for n in nodes]
+    cluster.save()
+    guests = {n: joined_guest(tmp_path / n, cluster, n) for n in nodes}
+    for guest in guests.values():
+        guest.stub_script("sleep", "exec /bin/sleep 0.2")  # the slot poll, shortened
+    with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
+        results = dict(zip(nodes, pool.map(lambda n: roll(guests[n], n, NEW, max_unavailable), nodes), strict=True))
+    for node, (driver, verify) in results.items():
+        assert driver.returncode == verify.returncode == 0, (node, driver.stderr, verify.stderr)
+        assert guests[node].installed("nvidia-headless-580-server-open").startswith(NEW)  # type: ignore[union-attr]
+    state = cluster.state()
+    assert state["cordoned"] == [] and state["leases"] == {}
+    out_of_service, peak = set(), 0
+    for _, what, node in sorted(state["events"]):
+        if what == "cordon":
+            out_of_service.add(node)
+        elif what == "uncordon":
+            out_of_service.discard(node)
+        peak = max(peak, len(out_of_service))
+    assert peak == max_unavailable  # reached (they did overlap), never exceeded
+    (tmp_path / "events.json").write_text(json.dumps(state["events"]))
