@@ -5,12 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
-import pulumi_command as command
 
 from proxmox_gpu_cluster.cluster import adapters
+from proxmox_gpu_cluster.cluster.builders import (
+    build_capacity_gates,
+    build_guests,
+    build_mig_rollouts,
+    build_retirements,
+)
 from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers
-from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer, build_proxmox
-from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_output, quota_warnings
+from proxmox_gpu_cluster.cluster.proxmox_layer import build_proxmox
+from proxmox_gpu_cluster.core.capacity import capacity_output, quota_warnings
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes, monitoring_targets
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.gpu.dra_driver import DraDriver
@@ -21,137 +26,8 @@ from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas
 from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices
 from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses
 from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest
-from proxmox_gpu_cluster.guest.capacity_gate import GateTarget, NodeCapacityGate, NodeCapacityGates
-from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
-from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
 from proxmox_gpu_cluster.render.disruption import host_reboot
-from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 from proxmox_gpu_cluster.render.kubevirt import permitted_host_devices
-
-
-def build_guests(
-    prefix: str,
-    spec: ClusterSpec,
-    layer: ProxmoxLayer,
-    secrets: Secrets,
-    provider: command.Provider,
-    *,
-    opts: pulumi.ResourceOptions,
-) -> dict[str, GuestBootstrap]:
-    """One bootstrap chain per worker VM, connecting to the VM's address; workers never wait for each other."""
-    bootstraps: dict[str, GuestBootstrap] = {}
-    for worker in spec.workers:
-        vm = layer.vms.get(worker.name)
-        if vm is None:
-            continue
-        bootstraps[worker.name] = GuestBootstrap(
-            f"{prefix}-{worker.name}-bootstrap",
-            adapters.bootstrap(spec, worker),
-            provider=provider,
-            host=vm.ip_address,
-            user=worker.ssh_user,
-            ssh_private_key=secrets.ssh_private_key,
-            join_token=secrets.join_token,
-            ca_cert_hash=secrets.ca_cert_hash,
-            kubeconfig=secrets.kubeconfig,
-            replace_with=[vm.vm],
-            opts=opts,
-        )
-    return bootstraps
-
-
-def build_capacity_gates(
-    prefix: str,
-    spec: ClusterSpec,
-    stack: GpuStack,
-    capacity: list[WorkerCapacity],
-    bootstraps: dict[str, GuestBootstrap],
-    *,
-    after: list[pulumi.Resource],
-    labels: GpuNodeLabels | None,
-    secrets: Secrets,
-    provider: command.Provider,
-    opts: pulumi.ResourceOptions,
-) -> dict[str, NodeCapacityGate]:
-    """Per joined worker whose row advertises extended resources: once the operator and the node's labels are in,
-    wait until the node advertises them (kubeadm-joined nodes, where kubelet's credential is known)."""
-    seconds = spec.gpu_operator.capacity_gate_seconds
-    if seconds == 0 or spec.kubernetes.join_method != "kubeadm":
-        return {}
-    rows = {row.worker: row for row in capacity}
-    targets: dict[str, GateTarget] = {}
-    for worker in spec.workers:
-        bootstrap, row = bootstraps.get(worker.name), rows.get(worker.name)
-        if bootstrap is None or row is None or not row.resources:
-            continue
-        patch = labels.patches.get(worker.name) if labels is not None else None
-        targets[worker.name] = GateTarget(
-            resources=row.resources,
-            host=bootstrap.host,
-            user=worker.ssh_user,
-            device_plugin_config=stack.device_plugin.node_config.get(worker.name) if not worker.dra else None,
-            ready=[patch] if patch is not None else [],
-            replace_with=[bootstrap.final_step],
-        )
-    if not targets:
-        return {}
-    group = NodeCapacityGates(
-        f"{prefix}-capacity-gates",
-        targets,
-        provider=provider,
-        ssh_private_key=secrets.ssh_private_key,
-        timeout_seconds=seconds,
-        after=after,
-        child_prefix=prefix,
-        # Until 2026-11 the gates were direct children of the cluster component.
-        child_aliases=[pulumi.Alias(parent=opts.parent)] if opts.parent is not None else [],
-        opts=opts,
-    )
-    return group.gates
-
-
-def build_retirements(
-    prefix: str,
-    spec: ClusterSpec,
-    *,
-    layer: ProxmoxLayer,
-    bootstraps: dict[str, GuestBootstrap],
-    labels: GpuNodeLabels | None,
-    secrets: Secrets,
-    provider: command.Provider,
-    opts: pulumi.ResourceOptions,
-) -> dict[str, WorkerRetirement]:
-    """Per worker VM: before the VM is removed or replaced, its node is drained, reset and deleted.
-
-    It waits for the node's bootstrap and label patch, so on removal it is deleted (drains) before them; it is
-    protected with the VM, so removing a protected worker fails before anything is drained.
-    """
-    out: dict[str, WorkerRetirement] = {}
-    for worker in spec.workers:
-        vm = layer.vms.get(worker.name)
-        if vm is None:
-            continue
-        after: list[pulumi.Resource] = [bootstraps[worker.name]]
-        if labels is not None and worker.name in labels.patches:
-            after.append(labels.patches[worker.name])
-        out[worker.name] = WorkerRetirement(
-            f"{prefix}-{worker.name}-retirement",
-            node_name=worker.name,
-            vmid=worker.vmid,
-            host=spec.node(worker.node).ssh_address,
-            ssh_user=spec.proxmox.ssh_user,
-            ssh_private_key=secrets.ssh_private_key,
-            kubeconfig=secrets.kubeconfig,
-            api_endpoint=spec.kubernetes.api_endpoint,
-            drain=spec.kubernetes.drain,
-            kubeadm_reset=spec.kubernetes.join_method == "kubeadm",
-            provider=provider,
-            protect=worker.protect,
-            replace_with=[vm.vm],
-            depends_on=after,
-            opts=opts,
-        )
-    return out
 
 
 def warn_experimental(spec: ClusterSpec) -> None:
@@ -244,14 +120,20 @@ class GpuCluster(pulumi.ComponentResource):
         labels = None
         stack = adapters.gpu_stack(spec)
         capacity = stack.capacity()  # the plan's capacity table: what the gates check and the output says
+        self.mig_rollouts = build_mig_rollouts(
+            name, spec, stack, self.bootstraps, secrets=secrets, provider=self.providers.command, opts=child
+        )
         if op.enabled or stack.uses_dra or any(n.taint for n in stack.nodes):
-            # Each node's labels wait for that node's bootstrap (joined and verified), not for the others, and are
-            # applied again when it starts over on a new VM (which joins as a new Node object).
+            # Each node's labels wait for that node's bootstrap (joined and verified) and, for a new MIG geometry,
+            # its drain; not for the others. They are applied again when it starts over on a new VM (which joins
+            # as a new Node object).
+            ready = {n: [b, *([self.mig_rollouts[n].begin] if n in self.mig_rollouts else [])]
+                     for n, b in self.bootstraps.items()}  # fmt: skip
             labels = GpuNodeLabels(
                 f"{name}-gpu-nodes",
                 stack,
                 provider=k8s,
-                node_ready={n: [b] for n, b in self.bootstraps.items()},
+                node_ready=ready,
                 replace_with={n: [b.final_step] for n, b in self.bootstraps.items()},
                 opts=child,
             )

@@ -81,8 +81,9 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
 
 
 def _host_roll(spec: ClusterSpec) -> dict[str, object] | None:
-    """How a change that takes joined nodes out of service (a new host driver, kernel arguments, vfio binding)
-    rolls: slots of ``maxUnavailable`` nodes, in the order Pulumi reaches them (None when nodes join elsewhere)."""
+    """How a change that takes joined nodes out of service (a new host driver, kernel arguments, vfio binding, a
+    MIG geometry) rolls: slots of ``maxUnavailable`` nodes, in the order Pulumi reaches them (None when nodes join
+    elsewhere)."""
     if spec.kubernetes.join_method != "kubeadm" or not spec.workers:
         return None
     drain = spec.kubernetes.drain
@@ -131,7 +132,8 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
     host = _host_roll(spec)
     if host is not None:
         lines.append(
-            f"Rolling changes of joined nodes (a new host driver build or branch, kernel arguments, vfio binding): "
+            f"Rolling changes of joined nodes (a new host driver build or branch, kernel arguments, vfio binding, a "
+            "MIG geometry, which also waits for mig-manager's success): "
             f"at most {host['maxUnavailable']} of {len(spec.workers)} node(s) at a time, cluster-wide, so at least "
             f"{host['rounds']} round(s): take a slot, cordon, drain, change, reboot if needed, verify, uncordon, "
             "release; a node that fails stays cordoned and frees its slot; a node that has not joined yet rolls nothing"

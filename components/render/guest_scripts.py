@@ -66,6 +66,19 @@ def retire_stdin(kubeconfig: str) -> str:
     return assignments({KUBECONFIG_VAR: kubeconfig, GUEST_SCRIPT_VAR: drain_script()}) + script("retire_vm.sh")
 
 
+def mig_script() -> str:
+    """What a guest runs around a MIG geometry change: the shared helpers, the rollout helpers, ``guest_mig.sh``."""
+    return script("guest_lib.sh") + "\n" + script("guest_rollout.sh") + "\n" + script("guest_mig.sh")
+
+
+def mig_args(
+    b: GuestBootstrapSpec, phase: str, mig_config: str, timeout_seconds: int, operator_namespace: str
+) -> list[str]:
+    """guest_mig.sh arguments for ``phase`` (begin or end) of a change to ``mig_config``."""
+    args = ["--phase", phase, "--mig-config", mig_config, "--timeout", str(timeout_seconds)]
+    return [*args, "--operator-namespace", operator_namespace, *rollout_args(b)]
+
+
 def capacity_script() -> str:
     """What a guest runs for the capacity gate: the shared helpers followed by ``guest_capacity.sh``."""
     return script("guest_lib.sh") + "\n" + script("guest_capacity.sh")

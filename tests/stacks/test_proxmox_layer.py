@@ -186,8 +186,10 @@ def test_sharing_and_operator_changes_leave_vms_and_mappings_alone() -> None:
                               monitoring={"prometheus": True}, smokeTest={"enabled": True})  # fmt: skip
     after = plan_stack(raw)
     for type_ in (VM, MAPPING, "proxmoxve:download/file:File", "proxmoxve:index/fileLegacy:FileLegacy", REMOTE):
-        # (the guest bootstraps and capacity gates are not the Proxmox layer: they follow the GPU stack on purpose)
-        for r in (r for r in before.of_type(type_) if "-bootstrap-" not in r.name and "-capacity-" not in r.name):
+        # (the guest bootstraps, MIG rollouts and capacity gates are not the Proxmox layer: they follow the GPU stack
+        # on purpose)
+        guest = ("-bootstrap-", "-capacity-", "-mig-")
+        for r in (r for r in before.of_type(type_) if not any(g in r.name for g in guest)):
             assert redact(after.named(r.name).inputs) == redact(r.inputs), r.name
 
 

@@ -14,6 +14,7 @@ and answers with the JSON ``qm guest exec`` prints.
 
 from __future__ import annotations
 
+import fcntl
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,10 @@ with open(state_path, "r+") as f:
     def event(what, node):
         state.setdefault("events", []).append([time.time(), what, node])
     if verb == "get" and args[1] == "node" and "-o" in args and args[args.index("-o") + 1].startswith("jsonpath="):
-        out.append(annotations.get(args[2], {}).get("proxmox-gpu-cluster.io/rollout", ""))
+        # {.metadata.labels.KEY} or {.metadata.annotations.KEY}, dots in KEY escaped
+        path = args[args.index("-o") + 1].removeprefix("jsonpath={.metadata.").removesuffix("}")
+        kind, key = path.split(".", 1)
+        out.append(state.setdefault(kind, {}).get(args[2], {}).get(key.replace("\\.", "."), ""))
     elif verb == "get" and args[1] == "node":
         if args[2] in state["nodes"]:
             out.append("node/" + args[2])
@@ -175,14 +179,26 @@ class FakeCluster:
     """The only address the API server answers on from the guests (the join endpoint)."""
     nodes: list[str] = field(default_factory=list)
     pods: list[Pod] = field(default_factory=list)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Node -> labels (what the label patch and mig-manager write; set them with ``set_labels``)."""
 
     def save(self, api_down: bool = False, leases: dict[str, Any] | None = None) -> None:
         state = {
             "nodes": self.nodes, "cordoned": [], "pods": [vars(p) for p in self.pods], "api_down": api_down,
-            "server": self.server, "leases": leases or {}, "annotations": {}, "events": [],
+            "server": self.server, "leases": leases or {}, "annotations": {}, "labels": self.labels, "events": [],
         }  # fmt: skip
         self.path.write_text(json.dumps(state))
         (self.path.parent / "expected-kubeconfig").write_text(self.kubeconfig)
+
+    def set_labels(self, node: str, **labels: str) -> None:
+        """Change a node's labels in the running API server (as a NodePatch or mig-manager would)."""
+        with self.path.open("r+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            state = json.load(f)
+            state.setdefault("labels", {}).setdefault(node, {}).update(labels)
+            f.seek(0)
+            f.truncate()
+            json.dump(state, f)
 
     def state(self) -> dict[str, Any]:
         result: dict[str, Any] = json.loads(self.path.read_text())

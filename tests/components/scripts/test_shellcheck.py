@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxmox_gpu_cluster.render.guest_scripts import STEPS, drain_script, retire_stdin, step_script
+from proxmox_gpu_cluster.render.guest_scripts import STEPS, drain_script, mig_script, retire_stdin, step_script
 from tests.components.scripts.fakeroot import SCRIPTS
 from tests.support import external
 
@@ -41,7 +41,7 @@ def test_shellcheck_would_catch_a_problem(tmp_path: Path) -> None:
     assert subprocess.run([str(shellcheck), str(bad)], capture_output=True, check=False).returncode != 0
 
 
-SENT = {**{step: step_script(step) for step in STEPS}, "drain": drain_script()}
+SENT = {**{step: step_script(step) for step in STEPS}, "drain": drain_script(), "mig": mig_script()}
 """Every script text a guest runs as it is sent: the helpers + the step."""
 
 

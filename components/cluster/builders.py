@@ -1,0 +1,184 @@
+"""The per-worker parts of a GpuCluster, each built from the spec through its adapter: guest bootstraps, MIG
+rollouts, capacity gates and retirements. Every worker's parts wait only for that worker's own resources."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_command as command
+
+from proxmox_gpu_cluster.cluster import adapters
+from proxmox_gpu_cluster.cluster.providers import Secrets
+from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer
+from proxmox_gpu_cluster.core.capacity import WorkerCapacity
+from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
+from proxmox_gpu_cluster.guest.capacity_gate import GateTarget, NodeCapacityGate, NodeCapacityGates
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
+from proxmox_gpu_cluster.guest.mig_rollout import MigRollout
+from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
+from proxmox_gpu_cluster.render.gpu_stack import GpuStack
+
+MIG_LABEL = "nvidia.com/mig.config"
+
+
+def build_guests(
+    prefix: str,
+    spec: ClusterSpec,
+    layer: ProxmoxLayer,
+    secrets: Secrets,
+    provider: command.Provider,
+    *,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, GuestBootstrap]:
+    """One bootstrap chain per worker VM, connecting to the VM's address; workers never wait for each other."""
+    bootstraps: dict[str, GuestBootstrap] = {}
+    for worker in spec.workers:
+        vm = layer.vms.get(worker.name)
+        if vm is None:
+            continue
+        bootstraps[worker.name] = GuestBootstrap(
+            f"{prefix}-{worker.name}-bootstrap",
+            adapters.bootstrap(spec, worker),
+            provider=provider,
+            host=vm.ip_address,
+            user=worker.ssh_user,
+            ssh_private_key=secrets.ssh_private_key,
+            join_token=secrets.join_token,
+            ca_cert_hash=secrets.ca_cert_hash,
+            kubeconfig=secrets.kubeconfig,
+            replace_with=[vm.vm],
+            opts=opts,
+        )
+    return bootstraps
+
+
+def build_mig_rollouts(
+    prefix: str,
+    spec: ClusterSpec,
+    stack: GpuStack,
+    bootstraps: dict[str, GuestBootstrap],
+    *,
+    secrets: Secrets,
+    provider: command.Provider,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, MigRollout]:
+    """Per joined worker with a MIG geometry, when the operator's mig-manager applies it: drain before the label
+    changes, wait for it after (kubeadm joins, where the rollout settings and the admin kubeconfig apply)."""
+    op = spec.gpu_operator
+    if not op.enabled or spec.kubernetes.join_method != "kubeadm":
+        return {}
+    out: dict[str, MigRollout] = {}
+    for worker in spec.workers:
+        bootstrap, geometry = bootstraps.get(worker.name), stack.labels.get(worker.name, {}).get(MIG_LABEL)
+        if bootstrap is None or geometry is None:
+            continue
+        out[worker.name] = MigRollout(
+            f"{prefix}-{worker.name}-mig",
+            adapters.bootstrap(spec, worker),
+            mig_config=geometry,
+            operator_namespace=op.namespace,
+            timeout_seconds=op.capacity_gate_seconds or 600,
+            provider=provider,
+            host=bootstrap.host,
+            user=worker.ssh_user,
+            ssh_private_key=secrets.ssh_private_key,
+            kubeconfig=secrets.kubeconfig,
+            after=[bootstrap],
+            replace_with=[bootstrap.final_step],
+            opts=opts,
+        )
+    return out
+
+
+def build_capacity_gates(
+    prefix: str,
+    spec: ClusterSpec,
+    stack: GpuStack,
+    capacity: list[WorkerCapacity],
+    bootstraps: dict[str, GuestBootstrap],
+    *,
+    after: list[pulumi.Resource],
+    labels: GpuNodeLabels | None,
+    secrets: Secrets,
+    provider: command.Provider,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, NodeCapacityGate]:
+    """Per joined worker whose row advertises extended resources: once the operator and the node's labels are in,
+    wait until the node advertises them (kubeadm-joined nodes, where kubelet's credential is known)."""
+    seconds = spec.gpu_operator.capacity_gate_seconds
+    if seconds == 0 or spec.kubernetes.join_method != "kubeadm":
+        return {}
+    rows = {row.worker: row for row in capacity}
+    targets: dict[str, GateTarget] = {}
+    for worker in spec.workers:
+        bootstrap, row = bootstraps.get(worker.name), rows.get(worker.name)
+        if bootstrap is None or row is None or not row.resources:
+            continue
+        patch = labels.patches.get(worker.name) if labels is not None else None
+        targets[worker.name] = GateTarget(
+            resources=row.resources,
+            host=bootstrap.host,
+            user=worker.ssh_user,
+            device_plugin_config=stack.device_plugin.node_config.get(worker.name) if not worker.dra else None,
+            ready=[patch] if patch is not None else [],
+            replace_with=[bootstrap.final_step],
+        )
+    if not targets:
+        return {}
+    group = NodeCapacityGates(
+        f"{prefix}-capacity-gates",
+        targets,
+        provider=provider,
+        ssh_private_key=secrets.ssh_private_key,
+        timeout_seconds=seconds,
+        after=after,
+        child_prefix=prefix,
+        # Until 2026-11 the gates were direct children of the cluster component.
+        child_aliases=[pulumi.Alias(parent=opts.parent)] if opts.parent is not None else [],
+        opts=opts,
+    )
+    return group.gates
+
+
+def build_retirements(
+    prefix: str,
+    spec: ClusterSpec,
+    *,
+    layer: ProxmoxLayer,
+    bootstraps: dict[str, GuestBootstrap],
+    labels: GpuNodeLabels | None,
+    secrets: Secrets,
+    provider: command.Provider,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, WorkerRetirement]:
+    """Per worker VM: before the VM is removed or replaced, its node is drained, reset and deleted.
+
+    It waits for the node's bootstrap and label patch, so on removal it is deleted (drains) before them; it is
+    protected with the VM, so removing a protected worker fails before anything is drained.
+    """
+    out: dict[str, WorkerRetirement] = {}
+    for worker in spec.workers:
+        vm = layer.vms.get(worker.name)
+        if vm is None:
+            continue
+        after: list[pulumi.Resource] = [bootstraps[worker.name]]
+        if labels is not None and worker.name in labels.patches:
+            after.append(labels.patches[worker.name])
+        out[worker.name] = WorkerRetirement(
+            f"{prefix}-{worker.name}-retirement",
+            node_name=worker.name,
+            vmid=worker.vmid,
+            host=spec.node(worker.node).ssh_address,
+            ssh_user=spec.proxmox.ssh_user,
+            ssh_private_key=secrets.ssh_private_key,
+            kubeconfig=secrets.kubeconfig,
+            api_endpoint=spec.kubernetes.api_endpoint,
+            drain=spec.kubernetes.drain,
+            kubeadm_reset=spec.kubernetes.join_method == "kubeadm",
+            provider=provider,
+            protect=worker.protect,
+            replace_with=[vm.vm],
+            depends_on=after,
+            opts=opts,
+        )
+    return out

@@ -1,0 +1,123 @@
+"""A MIG geometry change on a live node (guest_mig.sh): drained through a rollout slot before the label changes,
+uncordoned only once mig-manager reports success; a failure names the node, the geometry and where to look."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
+from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, assignments, mig_args, mig_script
+from tests.components.scripts.fakeguest import FakeGuest
+from tests.components.scripts.fakekube import FakeCluster, Pod
+from tests.components.scripts.fakeroot import Result
+from tests.support import external
+
+KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user: {token: CANARY-MIG-TOKEN}\n"
+NODE = "gpu-a100-a"
+OLD, NEW = "all-1g.5gb", "all-3g.20gb"
+B = GuestBootstrapSpec.model_validate(
+    {
+        "nodeName": NODE, "gpus": [{"vendorDevice": "10de:20f1", "product": "NVIDIA-A100-PCIE-40GB"}],
+        "driverMode": "host", "driverBranch": "580", "kernelModules": "open", "toolkit": True,
+        "apiEndpoint": "k8s.example.test:6443", "kubernetesMinor": 34, "rollout": {"drainTimeoutSeconds": 60},
+    }
+)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    external(Path("/usr/bin/python3"), "python3", "install it with: apt-get install python3")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> FakeCluster:
+    c = FakeCluster(tmp_path / "api.json", KUBECONFIG, nodes=[NODE], pods=[Pod("ml", "train-0", NODE)])
+    c.labels = {NODE: {"nvidia.com/mig.config": OLD, "nvidia.com/mig.config.state": "success"}}
+    c.save()
+    return c
+
+
+@pytest.fixture
+def guest(tmp_path: Path, cluster: FakeCluster) -> FakeGuest:
+    g = FakeGuest(tmp_path / "guest")
+    cluster.install(g)
+    g.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    g.stub_script("sleep", "exec /bin/sleep 0.1")
+    return g
+
+
+def phase(guest: FakeGuest, name: str, wanted: str = NEW, timeout: int = 300) -> Result:
+    text = assignments({KUBECONFIG_VAR: KUBECONFIG}) + mig_script()
+    return guest.run_stdin(text, *mig_args(B, name, wanted, timeout, "gpu-operator"))
+
+
+def mig_manager(cluster: FakeCluster, state: str, delay: float = 0.5) -> threading.Thread:
+    """The label patch lands, mig-manager reports pending, then ``state``."""
+
+    def act() -> None:
+        cluster.set_labels(NODE, **{"nvidia.com/mig.config": NEW, "nvidia.com/mig.config.state": "pending"})
+        time.sleep(delay)
+        cluster.set_labels(NODE, **{"nvidia.com/mig.config.state": state})
+
+    thread = threading.Thread(target=act)
+    thread.start()
+    return thread
+
+
+def test_a_geometry_change_drains_first_and_uncordons_after_success(guest: FakeGuest, cluster: FakeCluster) -> None:
+    begin = phase(guest, "begin")
+    assert begin.returncode == 0, begin.stderr
+    assert f"rollout: {NODE} took slot proxmox-gpu-cluster-rollout-0 (MIG {OLD} -> {NEW})" in begin.stdout
+    state = cluster.state()
+    assert (
+        state["cordoned"] == [NODE]
+        and state["pods"] == []
+        and list(state["leases"]) == ["proxmox-gpu-cluster-rollout-0"]
+    )
+    manager = mig_manager(cluster, "success")
+    end = phase(guest, "end")
+    manager.join()
+    assert end.returncode == 0, end.stderr
+    assert f"mig: {NODE} runs {NEW} (mig-manager: success)" in end.stdout
+    assert f"rollout: uncordoned {NODE}" in end.stdout
+    state = cluster.state()
+    assert state["cordoned"] == [] and state["leases"] == {}
+    assert [e[1] for e in state["events"]] == ["lease", "cordon", "uncordon", "release"]
+    assert "CANARY-MIG-TOKEN" not in begin.stdout + begin.stderr + end.stdout + end.stderr
+
+
+@pytest.mark.parametrize("current", [None, NEW])
+def test_a_first_geometry_or_the_same_one_drains_nothing(guest: FakeGuest, cluster: FakeCluster, current: str) -> None:
+    cluster.labels = {NODE: {"nvidia.com/mig.config": current}} if current else {}
+    cluster.save()
+    begin, end = phase(guest, "begin"), phase(guest, "end")
+    assert begin.returncode == end.returncode == 0, begin.stderr + end.stderr
+    assert "nothing to drain" in begin.stdout and "nothing to wait for" in end.stdout
+    assert cluster.state()["events"] == []
+
+
+def test_a_failed_repartition_fails_and_leaves_the_node_cordoned(guest: FakeGuest, cluster: FakeCluster) -> None:
+    assert phase(guest, "begin").returncode == 0
+    manager = mig_manager(cluster, "failed")
+    end = phase(guest, "end")
+    manager.join()
+    assert end.returncode == 1
+    assert (
+        f"guest-bootstrap: mig: nvidia.com/mig.config.state: expected success for {NEW} on {NODE}, seen failed: see "
+        "kubectl logs -n gpu-operator -l app=nvidia-mig-manager"
+    ) in end.stderr
+    assert f"rollout: {NODE} stays cordoned after this failure; its slot is free for the other nodes" in end.stderr
+    state = cluster.state()
+    assert state["cordoned"] == [NODE] and state["leases"] == {}
+
+
+def test_a_repartition_that_never_settles_fails_in_bounded_time(guest: FakeGuest, cluster: FakeCluster) -> None:
+    assert phase(guest, "begin").returncode == 0
+    cluster.set_labels(NODE, **{"nvidia.com/mig.config": NEW, "nvidia.com/mig.config.state": "pending"})
+    end = phase(guest, "end", timeout=1)
+    assert end.returncode == 1
+    assert f"expected success for {NEW} on {NODE} within 1s, seen label {NEW}, state pending" in end.stderr
