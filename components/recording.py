@@ -167,3 +167,35 @@ class Recording:
             if r.parent:
                 todo.append(r.parent)
         return False
+
+
+def critical_path(recording: Recording) -> list[RecordedResource]:
+    """The longest chain of custom resources, each waiting for the previous one: through its dependencies, and
+    through those of its ancestors (the SDK registers a resource only once its parent is registered, and a
+    component only once its own dependencies are). Its length is the depth of a first ``pulumi up``."""
+    by_urn = {r.urn: r for r in recording.resources}
+    memo: dict[str, list[RecordedResource]] = {}
+
+    def waits_for(r: RecordedResource) -> set[str]:
+        found: set[str] = set(r.dependencies)
+        parent = by_urn.get(r.parent)
+        if parent is not None and parent.custom:
+            found.add(parent.urn)  # a custom parent's URN is known once it exists
+        while parent is not None:
+            found.update(parent.dependencies)
+            parent = by_urn.get(parent.parent)
+        return found
+
+    def chain(r: RecordedResource) -> list[RecordedResource]:
+        if r.urn not in memo:
+            memo[r.urn] = []  # a cycle (the SDK refuses them) ends here
+            best = max((chain(by_urn[u]) for u in waits_for(r) if u in by_urn), key=_rank, default=[])
+            memo[r.urn] = [*best, r] if r.custom else best
+        return memo[r.urn]
+
+    return max((chain(r) for r in recording.resources), key=_rank, default=[])
+
+
+def _rank(chain: list[RecordedResource]) -> tuple[int, list[str]]:
+    # Longest first; among equals the same one every run (registration order and set order vary between runs).
+    return len(chain), [r.urn for r in chain]

@@ -37,6 +37,7 @@ from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_from_outp
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.proxmox.pci_mapping import IommuPreflightError
+from proxmox_gpu_cluster.recording import critical_path
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
 from proxmox_gpu_cluster.render.kubevirt import example_virtual_machines
 from proxmox_gpu_cluster.stacks.config import (
@@ -160,6 +161,7 @@ def plan_document(
         "outputs": redact(recording.outputs),
         "capacity": [asdict(row) for row in capacity],
         "warnings": [message for level, message in recording.logs if level == "warning"],
+        "criticalPath": [r.name for r in critical_path(recording)],
     }
     if spec is not None:
         document["disruption"] = disruption(spec)
@@ -202,6 +204,9 @@ def render_text(
     if spec is not None:
         lines += ["", "Disruption (what this stack may reboot, drain or replace; each step checks again):"]
         lines += [f"  {line}" for line in disruption_lines(spec)]
+    chain = critical_path(recording)
+    lines += ["", f"Critical path of a first pulumi up ({len(chain)} steps, one after the other):"]
+    lines += [f"  {' -> '.join(r.name for r in chain)}"] if chain else []
     warnings = [m for level, m in recording.logs if level == "warning"]
     if warnings:
         lines += ["", "Warnings:", *(f"  {w}" for w in warnings)]

@@ -39,3 +39,14 @@ def test_the_benchmark_prints_a_row_per_size() -> None:
     assert len(cells) == 11 and cells[0] == "2"
     assert int(cells[1]) > 30  # resources
     assert all(float(c) > 0 for c in cells[2:])
+
+
+def test_the_rollout_simulation_never_exceeds_its_slots() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "rollout_sim.py"), "--nodes", "3", "--max-unavailable", "2"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout.splitlines()  # fmt: skip
+    assert out[0].startswith("assumed per node:") and "412 s" in out[0]
+    nodes, slots, peak, rounds, _, minutes = out[2].split()
+    assert (nodes, slots, peak, rounds) == ("3", "2", "2", "2")
+    assert float(minutes) == round(2 * 412 / 60, 1)

@@ -26,7 +26,7 @@ from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas
 from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices
 from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses
 from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest
-from proxmox_gpu_cluster.render.disruption import host_reboot
+from proxmox_gpu_cluster.render.disruption import host_reboot, host_roll
 from proxmox_gpu_cluster.render.kubevirt import permitted_host_devices
 
 
@@ -70,6 +70,9 @@ class GpuCluster(pulumi.ComponentResource):
     """Proxmox node -> which IOMMU isolation check applies (``plan`` or ``host-verify``)."""
     host_reboots: pulumi.Output[dict[str, str]]
     """Proxmox node -> whether host prep may reboot it (``no``, ``when-idle``, ``yes``)."""
+    rolling_changes: pulumi.Output[dict[str, Any] | None]
+    """How a change that takes joined nodes out of service rolls: ``maxUnavailable``, ``nodes``, ``rounds``, the
+    order of the steps (None when nodes join elsewhere)."""
     node_labels: pulumi.Output[dict[str, dict[str, str]]]
     """Node -> the labels the cluster sets on it (empty when nothing labels nodes)."""
     kubevirt_permitted_host_devices: pulumi.Output[dict[str, Any] | None]
@@ -223,6 +226,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.host_reboots = pulumi.Output.from_input(
             {n.name: host_reboot(spec, n).may_reboot for n in spec.proxmox.nodes}
         )
+        self.rolling_changes = pulumi.Output.from_input(host_roll(spec))
         self.node_labels = labels.labels if labels is not None else pulumi.Output.from_input({})
         kv = spec.kubevirt
         self.kubevirt_permitted_host_devices = pulumi.Output.from_input(
@@ -235,6 +239,7 @@ class GpuCluster(pulumi.ComponentResource):
                 "iommuChecks": self.iommu_checks,
                 "driverVersions": self.driver_versions,
                 "hostReboots": self.host_reboots,
+                "rollingChanges": self.rolling_changes,
                 "nodeLabels": self.node_labels,
                 "kubevirtPermittedHostDevices": self.kubevirt_permitted_host_devices,
             }
@@ -247,6 +252,7 @@ def export(cluster: GpuCluster) -> None:
     pulumi.export("workers", cluster.workers)
     pulumi.export("iommuChecks", cluster.iommu_checks)
     pulumi.export("hostReboots", cluster.host_reboots)
+    pulumi.export("rollingChanges", cluster.rolling_changes)
     if cluster.spec.gpu_operator.driver_mode == "host":
         pulumi.export("driverVersions", cluster.driver_versions)
     kv = cluster.spec.kubevirt

@@ -72,7 +72,7 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
         "vmRestarts": "never by the provider: changes that need one stay pending until the VM is restarted",
         "driverChangeReboots": spec.gpu_operator.driver_mode == "host"
         and any(w.workload == "container" for w in spec.workers),
-        "rollingChanges": _host_roll(spec),
+        "rollingChanges": host_roll(spec),
         "operatorDriverRoll": _operator_roll(spec),
         "capacityGateSeconds": spec.gpu_operator.capacity_gate_seconds
         if spec.kubernetes.join_method == "kubeadm"
@@ -80,7 +80,7 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
     }
 
 
-def _host_roll(spec: ClusterSpec) -> dict[str, object] | None:
+def host_roll(spec: ClusterSpec) -> dict[str, object] | None:
     """How a change that takes joined nodes out of service (a new host driver, kernel arguments, vfio binding, a
     MIG geometry) rolls: slots of ``maxUnavailable`` nodes, in the order Pulumi reaches them (None when nodes join
     elsewhere)."""
@@ -129,7 +129,7 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
         "VM settings that need a restart (cores, memory, GPUs, cloud-init) stay pending until you drain and restart "
         "the VM: the provider never restarts a worker"
     )
-    host = _host_roll(spec)
+    host = host_roll(spec)
     if host is not None:
         lines.append(
             f"Rolling changes of joined nodes (a new host driver build or branch, kernel arguments, vfio binding, a "

@@ -13,6 +13,7 @@ from proxmox_gpu_cluster.recording import (
     UNKNOWN,
     RecordedResource,
     Recording,
+    critical_path,
     is_secret,
     redact,
     unwrap,
@@ -72,3 +73,11 @@ def test_redact_and_unwrap_walk_nested_values() -> None:
     assert is_secret(envelope(1)) and not is_secret({"value": 1})
     assert redact(value) == {"a": [REDACTED, "[unknown]", {"b": REDACTED}], "d": ["x", 2]}
     assert unwrap(value) == {"a": ["s3cret", "[unknown]", {"b": {"c": 1}}], "d": ["x", 2]}
+
+
+def test_critical_path_follows_dependencies_and_ancestors_dependencies() -> None:
+    rec = recording()
+    # f's parent d waits for c, which waits for a: f -> d -> c -> a (all custom; comp is a component: not counted).
+    rec.named("comp").custom = rec.named("stack").custom = False
+    assert [r.name for r in critical_path(rec)] == ["a", "c", "d", "f"]
+    assert critical_path(Recording()) == []

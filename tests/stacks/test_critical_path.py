@@ -1,0 +1,48 @@
+"""The depth of a first ``pulumi up`` does not grow with the number of workers: workers never wait for each other,
+so 4 workers (one of each shape) and 50 have the same critical path length; the plan prints it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from proxmox_gpu_cluster.recording import critical_path
+from proxmox_gpu_cluster.stacks.plan import plan, plan_document
+from tests.support import ROOT
+
+
+def make_spec(workers: int) -> dict[str, Any]:
+    spec = importlib.util.spec_from_file_location("plan_scale", ROOT / "benchmarks" / "plan_scale.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result: dict[str, Any] = module.make_spec(workers)
+    return result
+
+
+def depth(workers: int) -> tuple[int, list[str]]:
+    document = {"config": {"proxmox-gpu-cluster:cluster": make_spec(workers)}}
+    recording, capacity = plan("t", document, ROOT / "__main__.py")
+    names = plan_document("t", recording, capacity)["criticalPath"]
+    assert names == [r.name for r in critical_path(recording)]
+    return len(names), names
+
+
+def test_first_up_depth_is_the_same_for_4_and_50_workers() -> None:
+    four, chain = depth(4)
+    fifty, _ = depth(50)
+    assert four == fifty == 16
+    # host prep, the worker's own mapping and VM, its large-BAR step, the bootstrap, its MIG drain step (a no-op on
+    # a first up), its labels, the operator, a capacity gate
+    assert chain[0].endswith("-host-prep-prep") and chain[-1].endswith("-capacity-check")
+    assert "cluster-gpu-operator-release" in chain
+
+
+def test_the_plan_text_prints_it(tmp_path: Path) -> None:
+    from proxmox_gpu_cluster.stacks.plan import render_text
+
+    document = {"config": {"proxmox-gpu-cluster:cluster": make_spec(2)}}
+    recording, capacity = plan("t", document, ROOT / "__main__.py")
+    text = render_text("t", recording, capacity)
+    assert "Critical path of a first pulumi up (16 steps, one after the other):" in text
