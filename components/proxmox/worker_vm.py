@@ -147,9 +147,12 @@ class GpuWorkerVm(pulumi.ComponentResource):
         # Mapped hostpci entries come back from the API with a computed `id` the spec never sets, which shows
         # as a change on every preview (bpg/terraform-provider-proxmox#517); mapping changes still apply.
         ignore = ["hostpcis[*].id", *BOOT_INPUTS]
-        if large_bar and not password_mode:
-            # Set on the host with `qm set --args` (root-only in the API); do not let the provider remove it.
-            ignore.append("kvmArguments")
+        window_on_host = large_bar and not password_mode
+        if window_on_host:
+            # Set on the host with `qm set --args` (root-only in the API); do not let the provider remove it. The VM
+            # is created stopped and the large-BAR step starts it once the window is set, so it boots once; the
+            # provider must never act on `started` afterwards (it would stop a running worker).
+            ignore += ["kvmArguments", "started"]
         vm = proxmoxve.VmLegacy(
             f"{name}-vm",
             proxmoxve.VmLegacyArgs(
@@ -159,7 +162,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
                 description="GPU worker managed by proxmox-gpu-cluster",
                 tags=vm_tags(args),
                 on_boot=worker.on_boot,
-                started=True,
+                started=not window_on_host,
                 reboot_after_update=False,
                 machine=machine_type(worker),
                 bios="ovmf",
@@ -214,35 +217,47 @@ class GpuWorkerVm(pulumi.ComponentResource):
         )
         # Derived from VM outputs, not the plain spec value, so whoever connects to the address waits for the VM
         # (and for the large-BAR restart, below).
-        if net.ipv4 == "dhcp":
+        dhcp = net.ipv4 == "dhcp"
+        if dhcp:
             address = vm.ipv4_addresses.apply(_first_address)
         else:
             static = net.ipv4.split("/")[0]
             address = vm.vm_id.apply(lambda _: static)
-        if large_bar and not password_mode:
+        if window_on_host:
             if host_command is None or ssh_private_key is None or args.node_ssh_address is None:
                 problem = Problem(
                     "hostCommand", "a large-BAR worker in token mode needs host_command and ssh_private_key"
                 )
                 raise InvalidComponentArgs(name, [problem])
             user = args.node_ssh_user
-            restart = command.remote.Command(
+            window = command.remote.Command(
                 f"{name}-large-bar",
                 command.remote.CommandArgs(
                     connection=ssh_connection(args.node_ssh_address, user, ssh_private_key),
-                    create=remote_command(user, [str(worker.vmid), str(MMIO_MB)]),
+                    create=remote_command(user, [str(worker.vmid), str(MMIO_MB), *(["--address"] if dhcp else [])]),
                     stdin=script("large_bar.sh"),
                 ),
-                # A replaced VM starts without the args: set them again on the new one.
+                # A replaced VM is created stopped again, without the args: set them and start it.
                 opts=pulumi.ResourceOptions(parent=self, provider=host_command, depends_on=[vm], replace_with=[vm]),
             )
-            # large_bar.sh restarts a running VM: the address is only worth connecting to after that.
-            address = pulumi.Output.all(address, restart.stdout).apply(lambda values: str(values[0]))
+            # The VM runs only after this step: a static address is worth connecting to then; a DHCP one is what
+            # the guest agent reported once it did (the provider saw a stopped VM, so it has none).
+            address = pulumi.Output.all(address, window.stdout).apply(
+                lambda values: _reported_address(values[1]) if dhcp else str(values[0])
+            )
         self.vm = vm
         self.vm_id = vm.vm_id
         self.node_name = pulumi.Output.from_input(worker.name)
         self.ip_address = address
         self.register_outputs({"vmId": self.vm_id, "ipAddress": self.ip_address, "nodeName": self.node_name})
+
+
+def _reported_address(stdout: str | None) -> str:
+    """The ``address: IP`` line large_bar.sh prints for a DHCP worker."""
+    for line in (stdout or "").splitlines():
+        if line.startswith("address: "):
+            return line.removeprefix("address: ").strip()
+    return ""
 
 
 def _first_address(addresses: Sequence[Sequence[str]] | None) -> str:

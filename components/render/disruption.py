@@ -73,10 +73,22 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
         "driverChangeReboots": spec.gpu_operator.driver_mode == "host"
         and any(w.workload == "container" for w in spec.workers),
         "rollingChanges": host_roll(spec),
+        "firstBoot": first_boot(spec),
         "operatorDriverRoll": _operator_roll(spec),
         "capacityGateSeconds": spec.gpu_operator.capacity_gate_seconds
         if spec.kubernetes.join_method == "kubeadm"
         else 0,
+    }
+
+
+def first_boot(spec: ClusterSpec) -> dict[str, dict[str, int]]:
+    """Per worker, the restarts of its first provisioning: the VM starts once (a large-BAR window is set before
+    that start, in both auth modes) and the guest reboots only where its first boot cannot take the change: a
+    KubeVirt worker once, to boot with the IOMMU on (its GRUB drop-in); a container worker never (cloud-init's vendor
+    data keeps nouveau out, and the new driver's module loads with modprobe)."""
+    return {
+        w.name: {"vmStarts": 1, "vmRestarts": 0, "guestReboots": 0 if w.workload == "container" else 1}
+        for w in spec.workers
     }
 
 
@@ -121,6 +133,13 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
         f"Worker VMs ({len(spec.workers)}): replaced delete-first; before a VM is replaced or removed its node is "
         f"cordoned, drained (at most {drain.timeout_seconds} s, PodDisruptionBudgets respected){reset} and deleted "
         "from Kubernetes"
+    )
+    boots = first_boot(spec)
+    reboots = [w for w, b in boots.items() if b["guestReboots"]]
+    lines.append(
+        f"First provisioning: every worker VM starts once (large-BAR GPUs get their MMIO window before that start): "
+        f"0 VM restarts; guest reboots: {len(reboots)}"
+        + (f" ({', '.join(reboots)}: KubeVirt workers boot once more with the IOMMU on)" if reboots else "")
     )
     protected = [w.name for w in spec.workers if w.protect]
     if protected:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines, host_reboot
-from tests.support import base_spec
+from tests.support import base_spec, make_vm_worker
 
 
 def test_each_policy() -> None:
@@ -32,7 +32,8 @@ def test_lines_and_document() -> None:
         "running (rebootPolicy always); this stack's VMs there go down with it: ts-1"
     )
     assert "drained (at most 120 s, PodDisruptionBudgets respected), reset (kubeadm reset)" in lines[2]
-    assert lines[3] == "Protected from replacement and removal: ts-1"
+    assert lines[3].startswith("First provisioning: every worker VM starts once")
+    assert lines[4] == "Protected from replacement and removal: ts-1"
     document = disruption(spec)
     assert document["workerRemoval"] == {
         "order": ["cordon", "drain", "kubeadm reset", "delete Node", "destroy VM"],
@@ -84,3 +85,15 @@ def test_rolling_changes_say_how_many_nodes_at_a_time() -> None:
     elsewhere["kubernetes"]["joinMethod"] = "none"
     assert disruption(load_spec(elsewhere))["rollingChanges"] is None
     assert any("not drained" in x for x in disruption_lines(load_spec(elsewhere)))
+
+
+def test_first_provisioning_restarts_no_vm_and_reboots_only_kubevirt_guests() -> None:
+    spec = load_spec(make_vm_worker(base_spec(), 2, "vm-passthrough"))
+    boots = disruption(spec)["firstBoot"]
+    assert boots == {
+        "mig-1": {"vmStarts": 1, "vmRestarts": 0, "guestReboots": 0},  # an A100: large BAR, still one start
+        "mig-2": {"vmStarts": 1, "vmRestarts": 0, "guestReboots": 0},
+        "ts-1": {"vmStarts": 1, "vmRestarts": 0, "guestReboots": 1},
+    }
+    line = next(x for x in disruption_lines(spec) if x.startswith("First provisioning"))
+    assert "0 VM restarts; guest reboots: 1 (ts-1: KubeVirt workers boot once more with the IOMMU on)" in line

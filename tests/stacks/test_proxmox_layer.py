@@ -9,6 +9,7 @@ import pytest
 
 from proxmox_gpu_cluster.core.names import StackScope, short_hash
 from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.proxmox.worker_vm import _reported_address
 from proxmox_gpu_cluster.testing import Recording, redact
 from proxmox_gpu_cluster.testing_pci import spec_shaped_pci
 from tests.support import base_spec, make_vm_worker, plan_stack, shared_group
@@ -196,12 +197,26 @@ def test_sharing_and_operator_changes_leave_vms_and_mappings_alone() -> None:
 def test_large_bar_token_mode_uses_qm_set_on_the_host() -> None:
     rec = plan_stack(prepped())
     cmd = rec.named("cluster-mig-1-large-bar").plain_inputs
-    assert cmd["create"] == "bash -s -- 2001 65536" and "X-PciMmio64Mb" in cmd["stdin"]
+    assert cmd["create"] == "bash -s -- 2001 65536 --address" and "X-PciMmio64Mb" in cmd["stdin"]  # mig-1: DHCP
     assert rec.depends_on(rec.named("cluster-mig-1-large-bar"), rec.named("cluster-mig-1-vm"))
     vm = rec.named("cluster-mig-1-vm")
     assert "kvmArguments" not in vm.plain_inputs and "kvmArguments" in vm.ignore_changes
+    # Created stopped: the large-BAR step sets the window, then starts it: one boot, no restart.
+    assert vm.plain_inputs["started"] is False and "started" in vm.ignore_changes
+    assert rec.named("cluster-ts-1-vm").plain_inputs["started"] is True  # A10: no window, started by the provider
     assert sorted(r.name for r in rec.of_type(REMOTE) if r.name.endswith("large-bar")) == ["cluster-mig-1-large-bar",
                                                                                    "cluster-mig-2-large-bar"]  # fmt: skip
+
+
+def test_a_dhcp_large_bar_worker_is_reached_at_the_address_its_first_start_reports() -> None:
+    raw = prepped()
+    raw["workers"][0]["network"] = {"ipv4": "dhcp"}
+    rec = plan_stack(raw)
+    assert rec.named("cluster-mig-1-large-bar").plain_inputs["create"] == "bash -s -- 2001 65536 --address"
+    # The bootstrap connects where large_bar.sh's output says, so it waits for that step.
+    assert rec.depends_on(rec.named("cluster-mig-1-bootstrap-cloud-init"), rec.named("cluster-mig-1-large-bar"))
+    assert _reported_address("large-bar: set; first start\naddress: 10.20.0.57\n") == "10.20.0.57"
+    assert _reported_address("large-bar: unchanged\n") == ""
 
 
 def test_large_bar_password_mode_uses_kvm_arguments() -> None:
@@ -210,7 +225,7 @@ def test_large_bar_password_mode_uses_kvm_arguments() -> None:
     rec = plan_stack(raw)
     vm = rec.named("cluster-mig-1-vm")
     assert vm.plain_inputs["kvmArguments"] == "-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=65536"
-    assert "kvmArguments" not in vm.ignore_changes
+    assert "kvmArguments" not in vm.ignore_changes and vm.plain_inputs["started"] is True  # window set at creation
     assert not [r for r in rec.of_type(REMOTE) if r.name.endswith("large-bar")]
     assert "kvmArguments" not in rec.named("cluster-ts-1-vm").plain_inputs  # A10: no large BAR
 
