@@ -75,7 +75,19 @@ def measure_one(workers: int) -> dict[str, Any]:
     FILE --json`` does (``main``), printing into memory; returns the figures and keeps the resources for the
     floor."""
     sys.path.insert(0, str(ROOT))
-    from proxmox_gpu_cluster.stacks.plan import main  # noqa: PLC0415 (import time is part of the measurement)
+    import proxmox_gpu_cluster.stacks.plan as cli  # noqa: PLC0415 (import time is part of the measurement)
+    from proxmox_gpu_cluster.testing import unwrap  # noqa: PLC0415
+
+    recordings: list[Any] = []
+    plan = cli.plan
+
+    def keep(*args: Any, **kwargs: Any) -> Any:  # the recording main() plans, for the state size below
+        result = plan(*args, **kwargs)
+        recordings.append(result[0])
+        return result
+
+    cli.plan = keep  # type: ignore[assignment]
+    main = cli.main
 
     with tempfile.TemporaryDirectory() as tmp:
         # A one-worker plan first, untimed: it imports the providers' SDKs and the modules the program uses (the
@@ -103,12 +115,13 @@ def measure_one(workers: int) -> dict[str, Any]:
     return {"workers": workers, "resources": len(resources), "seconds": round(seconds, 3),
             "cpu_seconds": round(cpu_seconds, 3), "peak_mib": round(peak_mib, 1),
             "json_kib": round(len(rendered) / 1024, 1),
-            "inputs_kib": worker_inputs_kib(resources, workers)}  # fmt: skip
+            "inputs_kib": worker_inputs_kib([{"name": r.name, "inputs": unwrap(r.inputs)}
+                                             for r in recordings[-1].resources], workers)}  # fmt: skip
 
 
 def worker_inputs_kib(resources: list[dict[str, Any]], workers: int) -> float:
     """The largest total, over workers, of the JSON of the inputs of that worker's own resources (named
-    ``cluster-w<i>-...``): what one worker adds to the stack's state."""
+    ``cluster-w<i>-...``), secrets counted at their plain size: what one worker adds to the stack's state."""
     sizes: dict[str, int] = {}
     for r in resources:
         worker = r["name"].split("-")[1] if r["name"].startswith("cluster-w") else ""
