@@ -103,7 +103,7 @@ class Recording:
     resources: list[RecordedResource] = field(default_factory=list)
     invokes: list[RecordedInvoke] = field(default_factory=list)
     logs: list[tuple[str, str]] = field(default_factory=list)
-    """(level, message) for every pulumi.log call."""
+    """(level, message) for every pulumi.log call at info level or above."""
     duplicate_urns: list[str] = field(default_factory=list)
     """URNs registered more than once (``run`` raises DuplicateUrnError for the first)."""
 

@@ -7,6 +7,7 @@ spec string is only ever data to the script.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from importlib import resources
@@ -20,8 +21,9 @@ REBOOT_REQUIRED = "reboot: required"
 """What host_prep.sh prints when the node needs a reboot that its ``rebootPolicy: never`` leaves to the operator."""
 
 
+@functools.cache
 def script(name: str) -> str:
-    """The text of a shipped script."""
+    """The text of a shipped script (read once per process: every worker's steps send the same text)."""
     return resources.files("proxmox_gpu_cluster").joinpath("scripts", name).read_text()
 
 

@@ -95,9 +95,15 @@ def test_program_errors_propagate() -> None:
         run(failing)
 
 
-def test_warnings_are_captured() -> None:
-    rec = run(lambda: pulumi.log.warn("careful"))
-    assert ("warning", "careful") in rec.logs
+def test_warnings_and_info_are_captured_debug_is_not() -> None:
+    def program() -> None:
+        pulumi.log.debug("chatter")
+        pulumi.log.info("note")
+        pulumi.log.warn("careful")
+
+    rec = run(program)
+    assert ("warning", "careful") in rec.logs and ("info", "note") in rec.logs
+    assert not [m for _, m in rec.logs if m == "chatter"]
 
 
 def test_a_duplicate_urn_is_refused_like_the_engine_does() -> None:
