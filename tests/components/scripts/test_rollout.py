@@ -192,3 +192,22 @@ def test_concurrent_nodes_never_exceed_max_unavailable(tmp_path: Path, max_unava
         peak = max(peak, len(out_of_service))
     assert peak == max_unavailable  # reached (they did overlap), never exceeded
     (tmp_path / "events.json").write_text(json.dumps(state["events"]))
+
+
+def test_a_switch_to_vm_workloads_rolls_too(tmp_path: Path, cluster: FakeCluster) -> None:
+    # A joined container node becomes a KubeVirt vm-passthrough node: its GPU goes to vfio-pci and the guest needs
+    # the IOMMU on, both a reboot away: drained through a slot first, like a driver change.
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
+    vfio = spec("gpu-a", OLD).model_copy(
+        update={"driver_mode": "vfio", "kernel_args": ("intel_iommu=on", "iommu=pt"), "kvm": True, "toolkit": False}
+    )
+    driver = run(guest, "driver", vfio)
+    assert driver.returncode == 0, driver.stderr
+    assert "rollout: gpu-a took slot proxmox-gpu-cluster-rollout-0 (kernel arguments intel_iommu=on iommu=pt)" in (
+        driver.stdout
+    )
+    assert "reboot: scheduled" in driver.stdout and cluster.state()["cordoned"] == ["gpu-a"]
+    guest.reboot()
+    verify = run(guest, "verify", vfio)
+    assert verify.returncode == 0, verify.stderr
+    assert "rollout: uncordoned gpu-a" in verify.stdout and cluster.state()["leases"] == {}
