@@ -13,6 +13,7 @@ import shlex
 from importlib import resources
 
 from proxmox_gpu_cluster.core.spec import ProxmoxNode
+from proxmox_gpu_cluster.render.shipping import strip_comments
 
 VERIFY_LINE = re.compile(r"^group (\S+) (\d+)$")
 REBOOT_SCHEDULED = "reboot: scheduled"
@@ -23,8 +24,10 @@ REBOOT_REQUIRED = "reboot: required"
 
 @functools.cache
 def script(name: str) -> str:
-    """The text of a shipped script (read once per process: every worker's steps send the same text)."""
-    return resources.files("proxmox_gpu_cluster").joinpath("scripts", name).read_text()
+    """The text of a shipped script as it travels (shell scripts without their comment lines, see
+    ``render/shipping.py``); read once per process, as every worker's steps send the same text."""
+    text = resources.files("proxmox_gpu_cluster").joinpath("scripts", name).read_text()
+    return strip_comments(text) if name.endswith(".sh") else text
 
 
 def remote_command(user: str, args: list[str]) -> str:
