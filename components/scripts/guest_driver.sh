@@ -285,7 +285,8 @@ main() {
     [[ "$mode" == host ]] && purge_driver
     return 0
   fi
-  if rollout_joined && why="$(change_pending)"; then
+  # Local checks first: an unchanged node never asks the API server anything.
+  if why="$(change_pending)" && rollout_joined; then
     rollout_begin "$why"
   fi
   blacklist_nouveau

@@ -211,3 +211,11 @@ def test_a_switch_to_vm_workloads_rolls_too(tmp_path: Path, cluster: FakeCluster
     verify = run(guest, "verify", vfio)
     assert verify.returncode == 0, verify.stderr
     assert "rollout: uncordoned gpu-a" in verify.stdout and cluster.state()["leases"] == {}
+
+
+def test_an_unchanged_joined_node_does_not_even_ask_the_api_server(tmp_path: Path, cluster: FakeCluster) -> None:
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
+    cluster.save(api_down=True)
+    again = run(guest, "driver", spec("gpu-a", OLD))
+    assert again.returncode == 0, again.stderr
+    assert not any(c.startswith("kubectl") for c in again.calls)
