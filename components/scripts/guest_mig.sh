@@ -54,6 +54,7 @@ end() {
     echo "mig: $ROLLOUT_NODE was not cordoned for a MIG change; nothing to wait for"
     return 0
   fi
+  slot_renew
   while :; do
     label="$(node_label mig.config)" state="$(node_label mig.config.state)"
     if [[ "$label" == "$wanted" && "$state" == success ]]; then

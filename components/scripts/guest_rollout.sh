@@ -7,7 +7,8 @@
 # Slots are coordination.k8s.io/v1 Leases kube-system/proxmox-gpu-cluster-rollout-<i>, i < --max-unavailable, so
 # at most that many nodes are disrupted at once across the cluster, whatever runs the steps and however many in
 # parallel. Taking one is an atomic create (or, for a lease whose holder stopped renewing it for longer than its
-# duration, an atomic replace at the resourceVersion read: a crashed run cannot hold a slot forever). The node
+# duration, an atomic replace at the resourceVersion read: a crashed run cannot hold a slot forever); the holder
+# renews it after the drain and when the verify (or MIG end) step starts. The node
 # carries the annotation proxmox-gpu-cluster.io/rollout=<lease> while it is ours to uncordon, so a node an admin
 # cordoned is never uncordoned here.
 #
@@ -129,6 +130,22 @@ slot_try() {
   return 1
 }
 
+# slot_renew: this node still holds ROLLOUT_SLOT: move its renewTime to now (an atomic replace), so only a run
+# that died lets it expire, however long the drain, the install and the reboot took.
+slot_renew() {
+  local holder expired version
+  read -r holder expired version < <(lease_state "$ROLLOUT_SLOT" || echo "? 0 ?") || true
+  if [[ "${holder:-}" == "$ROLLOUT_NODE" ]]; then
+    lease_json "$ROLLOUT_SLOT" "$version" | rollout_kube replace -f - >/dev/null
+  fi
+}
+
+# rollout_resume: at the start of a later step, renew the slot of a node this project cordoned (if any).
+rollout_resume() {
+  ROLLOUT_SLOT="$(rollout_ours)"
+  [[ -z "$ROLLOUT_SLOT" ]] || slot_renew
+}
+
 # slot_holders: who holds the slots now, for a message.
 slot_holders() {
   local i holder rest
@@ -161,6 +178,7 @@ rollout_begin() {
       "$(grep -E 'error|evict' <<<"$output" | tail -n 3 | paste -sd';' -); nothing was changed: move or relax what blocks it, then run pulumi up again"
   fi
   echo "rollout: drained $ROLLOUT_NODE"
+  slot_renew
 }
 
 # rollout_ours: the slot this node was cordoned for (its annotation), nothing when it is not ours to uncordon.

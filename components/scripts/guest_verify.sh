@@ -108,7 +108,10 @@ check_kvm() {
 
 main() {
   local joined=0
-  rollout_joined && joined=1
+  if rollout_joined; then
+    joined=1
+    rollout_resume
+  fi
   check_pci
   ((${#kernel_args[@]})) && check_kernel
   ((vfio)) && check_vfio

@@ -86,7 +86,7 @@ def test_a_geometry_change_drains_first_and_uncordons_after_success(guest: FakeG
     assert f"rollout: uncordoned {NODE}" in end.stdout
     state = cluster.state()
     assert state["cordoned"] == [] and state["leases"] == {}
-    assert [e[1] for e in state["events"]] == ["lease", "cordon", "uncordon", "release"]
+    assert [e[1] for e in state["events"]] == ["lease", "cordon", "lease", "lease", "uncordon", "release"]
     assert "CANARY-MIG-TOKEN" not in begin.stdout + begin.stderr + end.stdout + end.stderr
 
 

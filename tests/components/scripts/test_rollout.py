@@ -92,8 +92,10 @@ def test_a_driver_bump_on_a_joined_node_rolls_through_a_slot(tmp_path: Path, clu
     state = cluster.state()
     assert state["cordoned"] == [] and state["leases"] == {} and state["annotations"]["gpu-a"] == {}
     assert [p["name"] for p in state["pods"]] == ["serve-0"]  # gpu-a's pod was evicted, gpu-b's stays
+    # The lease is written when taken, renewed after the drain and when verify starts, then released.
     assert [e[1:] for e in state["events"]] == [
-        ["lease", "gpu-a"], ["cordon", "gpu-a"], ["uncordon", "gpu-a"], ["release", "gpu-a"],
+        ["lease", "gpu-a"], ["cordon", "gpu-a"], ["lease", "gpu-a"], ["lease", "gpu-a"], ["uncordon", "gpu-a"],
+        ["release", "gpu-a"],
     ]  # fmt: skip
     assert "CANARY-ROLLOUT-TOKEN" not in driver.stdout + driver.stderr + verify.stdout + verify.stderr
     assert set(cluster.modes()) == {"0o600"}
@@ -219,3 +221,16 @@ def test_an_unchanged_joined_node_does_not_even_ask_the_api_server(tmp_path: Pat
     again = run(guest, "driver", spec("gpu-a", OLD))
     assert again.returncode == 0, again.stderr
     assert not any(c.startswith("kubectl") for c in again.calls)
+
+
+def test_the_holder_renews_its_slot_so_a_long_change_keeps_it(tmp_path: Path, cluster: FakeCluster) -> None:
+    # Its own slot from a run that died an hour ago: taken again, and renewed once the node is drained, so no
+    # other node can take it over while this one installs and reboots.
+    cluster.save(leases={"proxmox-gpu-cluster-rollout-0": lease("gpu-a", age=7200)})
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
+    driver = run(guest, "driver", spec("gpu-a", NEW))
+    assert driver.returncode == 0, driver.stderr
+    held = cluster.state()["leases"]["proxmox-gpu-cluster-rollout-0"]["spec"]
+    renewed = datetime.datetime.strptime(held["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC)
+    assert held["holderIdentity"] == "gpu-a"
+    assert (datetime.datetime.now(datetime.UTC) - renewed).total_seconds() < 60
