@@ -13,6 +13,8 @@ spec (``<namespace>:cluster``) it is validated first and the capacity table and 
     python -m proxmox_gpu_cluster.plan kubevirt --kubevirt-vms  # example VirtualMachines for the stack's GPU resources
     python -m proxmox_gpu_cluster.plan dev --pci pve1=pve1-pci.json  # preflight against a real host's PCI device list
     python -m proxmox_gpu_cluster.plan dev --main ../my-program     # another program (a directory or its file)
+    python -m proxmox_gpu_cluster.plan prod --diff-base origin/main # what the stack file's edits would do
+    python -m proxmox_gpu_cluster.plan prod --diff-config new.yaml --markdown  # ... as a pull-request comment
 
 Exit codes: 0 planned, 2 invalid spec or config (one line per problem on stderr), 1 anything else.
 """
@@ -27,7 +29,7 @@ import re
 import runpy
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -47,39 +49,10 @@ from proxmox_gpu_cluster.stacks.config import (
     parse_spec,
     raw_spec_from_stack_file,
 )
-from proxmox_gpu_cluster.stacks.plan_inputs import InputError, read_inputs
+from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff, diff_document, render_diff
+from proxmox_gpu_cluster.stacks.plan_inputs import InputError, find_program, read_inputs, stack_file_at
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMocks, redact, run
 from proxmox_gpu_cluster.testing_pci import pci_invokes
-
-
-@dataclass(frozen=True)
-class Program:
-    """A Pulumi program to plan: its entry file and project name."""
-
-    main: Path
-    project: str
-
-    @property
-    def directory(self) -> Path:
-        """The project directory (where Pulumi.yaml and the stack files are)."""
-        return self.main.parent
-
-
-def find_program(main: Path | None) -> Program:
-    """The program at ``main`` (a file, or a directory holding ``__main__.py``; default: the current directory)
-    and the project name from the ``Pulumi.yaml`` beside it; InputError when either is missing."""
-    path = (main or Path.cwd()).resolve()
-    entry = path / "__main__.py" if path.is_dir() else path
-    if not entry.is_file():
-        raise InputError(f"{entry}: no Pulumi program here (pass --main PATH)")
-    project_file = entry.parent / "Pulumi.yaml"
-    try:
-        project = yaml.safe_load(project_file.read_text()).get("name")
-    except (OSError, yaml.YAMLError, AttributeError):
-        project = None
-    if not isinstance(project, str) or not project:
-        raise InputError(f"{project_file}: no project name (a Pulumi.yaml with `name:` must sit beside the program)")
-    return Program(main=entry, project=project)
 
 
 def stack_config(document: Mapping[str, Any], project: str = PROJECT) -> tuple[dict[str, Any], list[str]]:
@@ -141,6 +114,7 @@ def resource_entry(r: RecordedResource) -> dict[str, Any]:
         "additionalSecretOutputs": r.additional_secret_outputs,
         "deleteBeforeReplace": r.delete_before_replace,
         "retainOnDelete": r.retain_on_delete,
+        "replaceWith": sorted(r.replace_with),
     }
     entry["options"] = {k: v for k, v in options.items() if v}
     return entry
@@ -334,6 +308,21 @@ def _main(argv: Sequence[str] | None) -> int:
         "(default: the current directory)",
     )
     parser.add_argument("--namespace", help="config namespace of the cluster spec (default: the project name)")
+    compare = parser.add_mutually_exclusive_group()
+    compare.add_argument(
+        "--diff-config",
+        type=Path,
+        metavar="OTHER",
+        help="print what changing the stack file to "
+        "OTHER would do: resources added, removed, updated, replaced, and what that disrupts",
+    )
+    compare.add_argument(
+        "--diff-base",
+        metavar="GIT_REF",
+        help="print what the stack file's changes since GIT_REF "
+        "would do (it plans the file as it is at that revision, then as it is now)",
+    )
+    parser.add_argument("--markdown", action="store_true", help="print a diff as a pull-request comment")
     args = parser.parse_args(argv)
 
     try:
@@ -351,9 +340,25 @@ def _main(argv: Sequence[str] | None) -> int:
         recording, capacity = plan(
             args.stack, document, program.main, pci, project=program.project, namespace=namespace
         )
+        if args.diff_config or args.diff_base:
+            other = read_inputs(args.diff_config, [])[0] if args.diff_config else stack_file_at(args.diff_base, path)
+            other_spec = cluster_spec(other, namespace)
+            other_plan = plan(args.stack, other, program.main, pci, project=program.project, namespace=namespace)
     except (InputError, InvalidStackConfig, IommuPreflightError) as err:
         print("\n".join(err.lines), file=sys.stderr)
         return 2
+    if args.diff_config or args.diff_base:
+        docs = [plan_document(args.stack, *plan_, s, program.project) for plan_, s in
+                (((recording, capacity), spec), (other_plan, other_spec))]  # fmt: skip
+        before, after = docs if args.diff_config else docs[::-1]
+        after_spec = other_spec if args.diff_config else spec
+        slots = after_spec.kubernetes.drain.max_unavailable if after_spec else 1
+        changes, prefix = diff(before, after), cluster_prefix(after)
+        if args.json:
+            print(json.dumps(diff_document(changes, slots, prefix), indent=2, sort_keys=True))
+        else:
+            print(render_diff(changes, slots, prefix, markdown=args.markdown), end="")
+        return 0
     if args.json:
         # Input key order comes from the mock engine's async serialization and differs between runs; sorting
         # makes the plan byte-identical across processes, so CI can diff it.

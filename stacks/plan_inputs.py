@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +36,10 @@ class InputError(Exception):
 def read_inputs(path: Path, pci_args: Sequence[str]) -> tuple[Mapping[str, Any], dict[str, list[dict[str, Any]]]]:
     """The parsed stack file and the ``--pci NODE=FILE`` device lists (InputError when one is unusable)."""
     try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
+        text = path.read_text()
+    except OSError as err:
         raise InputError(f"{path}: {err}") from None
-    if not isinstance(document, Mapping):
-        raise InputError(f"{path}: expected a YAML mapping with a 'config' key")
-    config = document.get("config")
-    if config is not None and not isinstance(config, Mapping):
-        raise InputError(f"{path}: config: expected a mapping of config keys, got {_kind(config)}")
-    problem = _non_json(config or {}, "config")
-    if problem is not None:
-        raise InputError(f"{path}: {problem}")
+    document = parse_stack_file(text, str(path))
     pci: dict[str, list[dict[str, Any]]] = {}
     for item in pci_args:
         node, _, file = item.partition("=")
@@ -53,6 +48,35 @@ def read_inputs(path: Path, pci_args: Sequence[str]) -> tuple[Mapping[str, Any],
         except (OSError, ValueError) as err:
             raise InputError(f"--pci {item}: {err}") from None
     return document, pci
+
+
+def parse_stack_file(text: str, origin: str) -> Mapping[str, Any]:
+    """A stack file's YAML as the plan can use it (InputError naming ``origin`` otherwise)."""
+    try:
+        document = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise InputError(f"{origin}: {err}") from None
+    if not isinstance(document, Mapping):
+        raise InputError(f"{origin}: expected a YAML mapping with a 'config' key")
+    config = document.get("config")
+    if config is not None and not isinstance(config, Mapping):
+        raise InputError(f"{origin}: config: expected a mapping of config keys, got {_kind(config)}")
+    problem = _non_json(config or {}, "config")
+    if problem is not None:
+        raise InputError(f"{origin}: {problem}")
+    return document
+
+
+def stack_file_at(ref: str, path: Path) -> Mapping[str, Any]:
+    """The stack file ``path`` as it is in git at ``ref`` (``--diff-base``)."""
+    if ref.startswith("-"):
+        raise InputError(f"--diff-base {ref}: expected a git revision")
+    proc = subprocess.run(
+        ["git", "-C", str(path.parent), "show", f"{ref}:./{path.name}"], capture_output=True, text=True, check=False
+    )
+    if proc.returncode:
+        raise InputError(f"--diff-base {ref}: {path.name}: {proc.stderr.strip().splitlines()[-1]}")
+    return parse_stack_file(proc.stdout, f"{ref}:{path.name}")
 
 
 def read_pci_file(path: Path) -> list[dict[str, Any]]:
@@ -100,3 +124,33 @@ def _non_json(value: Any, path: str) -> str | None:
     else:
         return f"{path}: {_kind(value)} is not a config value"
     return next((p for child_path, child in children if (p := _non_json(child, child_path))), None)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A Pulumi program to plan: its entry file and project name."""
+
+    main: Path
+    project: str
+
+    @property
+    def directory(self) -> Path:
+        """The project directory (where Pulumi.yaml and the stack files are)."""
+        return self.main.parent
+
+
+def find_program(main: Path | None) -> Program:
+    """The program at ``main`` (a file, or a directory holding ``__main__.py``; default: the current directory)
+    and the project name from the ``Pulumi.yaml`` beside it; InputError when either is missing."""
+    path = (main or Path.cwd()).resolve()
+    entry = path / "__main__.py" if path.is_dir() else path
+    if not entry.is_file():
+        raise InputError(f"{entry}: no Pulumi program here (pass --main PATH)")
+    project_file = entry.parent / "Pulumi.yaml"
+    try:
+        project = yaml.safe_load(project_file.read_text()).get("name")
+    except (OSError, yaml.YAMLError, AttributeError):
+        project = None
+    if not isinstance(project, str) or not project:
+        raise InputError(f"{project_file}: no project name (a Pulumi.yaml with `name:` must sit beside the program)")
+    return Program(main=entry, project=project)
