@@ -136,10 +136,23 @@ def plan_document(
         "capacity": [asdict(row) for row in capacity],
         "warnings": [message for level, message in recording.logs if level == "warning"],
         "criticalPath": [r.name for r in critical_path(recording)],
+        "rebootPoints": reboot_points(recording),
     }
     if spec is not None:
         document["disruption"] = disruption(spec)
     return document
+
+
+REBOOTS = {
+    "-host-prep-prep": "the Proxmox node, when its kernel lacks the IOMMU arguments (rebootPolicy)",
+    "-bootstrap-driver": "the guest, when a driver, kernel argument or vfio change needs it (rolled when joined)",
+    "-large-bar": "starts the new VM with its MMIO window; restarts one only if the window was lost",
+}
+
+
+def reboot_points(recording: Recording) -> dict[str, str]:
+    """Step -> what it may reboot, for every step of the plan that can."""
+    return {r.name: what for r in recording.resources for suffix, what in REBOOTS.items() if r.name.endswith(suffix)}
 
 
 def render_text(
@@ -181,6 +194,10 @@ def render_text(
     chain = critical_path(recording)
     lines += ["", f"Critical path of a first pulumi up ({len(chain)} steps, one after the other):"]
     lines += [f"  {' -> '.join(r.name for r in chain)}"] if chain else []
+    points = reboot_points(recording)
+    if points:
+        lines += ["", "Reboot points (the only steps that may restart a machine; each decides again when it runs):"]
+        lines += [f"  {name}: {what}" for name, what in points.items()]
     warnings = [m for level, m in recording.logs if level == "warning"]
     if warnings:
         lines += ["", "Warnings:", *(f"  {w}" for w in warnings)]

@@ -46,3 +46,31 @@ def test_the_plan_text_prints_it(tmp_path: Path) -> None:
     recording, capacity = plan("t", document, ROOT / "__main__.py")
     text = render_text("t", recording, capacity)
     assert "Critical path of a first pulumi up (16 steps, one after the other):" in text
+
+
+def only_a10_workers(count: int) -> dict[str, Any]:
+    """``count`` A10 time-sliced workers (the benchmark's first shape), on the nodes the benchmark gives them."""
+    spec = make_spec(count * 4)
+    spec["workers"] = [w for w in spec["workers"] if w.get("sharing") == "time-slicing"][:count]
+    return spec
+
+
+def test_first_up_depth_is_the_same_for_1_and_50_workers_of_one_shape() -> None:
+    depths = []
+    for count in (1, 50):
+        recording, _ = plan(
+            "t", {"config": {"proxmox-gpu-cluster:cluster": only_a10_workers(count)}}, ROOT / "__main__.py"
+        )
+        assert len([r for r in recording.resources if r.type.endswith("VmLegacy")]) == count
+        depths.append(len(critical_path(recording)))
+    assert depths == [14, 14]
+
+
+def test_the_plan_names_every_reboot_point() -> None:
+    recording, capacity = plan("t", {"config": {"proxmox-gpu-cluster:cluster": make_spec(4)}}, ROOT / "__main__.py")
+    points = plan_document("t", recording, capacity)["rebootPoints"]
+    assert sorted(n for n in points if n.endswith("-bootstrap-driver")) == [
+        f"cluster-w{i}-bootstrap-driver" for i in range(4)
+    ]
+    assert "cluster-pve0-host-prep-prep" in points
+    assert sorted(n for n in points if n.endswith("-large-bar")) == ["cluster-w1-large-bar", "cluster-w3-large-bar"]
