@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import shutil
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -274,3 +276,12 @@ def assert_problem(case: str, lines: list[str], path: str, message: str) -> None
     """One of ``lines`` is ``<path>: ...<message>...``."""
     matching = [line for line in lines if line.startswith(f"{path}: ") and message in line]
     assert matching, f"{case}: expected '{path}: ...{message}...' in\n" + "\n".join(lines)
+
+
+def plan_scale() -> ModuleType:
+    """benchmarks/plan_scale.py as a module (its generated specs serve the scale and depth tests too)."""
+    spec = importlib.util.spec_from_file_location("plan_scale", ROOT / "benchmarks" / "plan_scale.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

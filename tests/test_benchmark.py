@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from types import ModuleType
 
-from tests.support import ROOT
+from tests.support import ROOT, plan_scale
 
 SCRIPT = ROOT / "benchmarks" / "plan_scale.py"
-
-
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("plan_scale", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_registration_order_puts_parents_and_dependencies_first() -> None:
@@ -25,7 +15,7 @@ def test_registration_order_puts_parents_and_dependencies_first() -> None:
         return {"urn": urn, "parent": parent, "dependencies": list(deps)}
 
     tree = [r("c", "b", ("x",)), r("b", "a"), r("a"), r("x", "a", ("b",))]
-    order = [e["urn"] for e in bench().registration_order(tree)]
+    order = [e["urn"] for e in plan_scale().registration_order(tree)]
     assert sorted(order) == ["a", "b", "c", "x"]
     assert order.index("a") < order.index("b") < order.index("x") < order.index("c")
 

@@ -3,21 +3,16 @@ so 4 workers (one of each shape) and 50 have the same critical path length; the 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 from proxmox_gpu_cluster.recording import critical_path
 from proxmox_gpu_cluster.stacks.plan import plan, plan_document
-from tests.support import ROOT
+from tests.support import ROOT, plan_scale
 
 
 def make_spec(workers: int) -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location("plan_scale", ROOT / "benchmarks" / "plan_scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result: dict[str, Any] = module.make_spec(workers)
+    result: dict[str, Any] = plan_scale().make_spec(workers)
     return result
 
 
