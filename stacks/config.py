@@ -9,7 +9,7 @@ mode, join method). Every problem, in the spec or a missing secret, is reported 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -68,6 +68,31 @@ def required_secrets(spec: ClusterSpec) -> list[SecretKey]:
     return keys
 
 
+def secret_problems(
+    namespace: str,
+    required: list[SecretKey],
+    value_of: Callable[[str], str | None],
+    is_secret: Callable[[str], bool],
+) -> list[str]:
+    """One line per secret key that is required but unset or empty, or set at all but in plain text.
+
+    Plain text is refused for every secret key, needed or not: a value that was not stored with ``--secret`` sits
+    readable in ``Pulumi.<stack>.yaml`` and in git. ``Pulumi.yaml`` cannot declare the conditional keys
+    ``secret: true`` (a declared key without a default is required by the CLI), so the program enforces it.
+    An empty value counts as unset: ``pulumi new`` stores an empty answer to a prompt as an empty secret.
+    """
+    lines = []
+    for key in ALL_SECRETS:
+        full, value = f"{namespace}:{key.key}", value_of(key.key)
+        fix = f"pulumi config set --secret {full} ..."
+        if value is not None and not is_secret(full):
+            lines.append(f"{full}: stored in plain text; it must be a secret ({fix})")
+        elif key in required and (value is None or not value.strip()):
+            state = "is not set" if value is None else "is empty"
+            lines.append(f"{full}: required secret {state} ({key.purpose}); {fix}")
+    return lines
+
+
 def parse_spec(raw: Any, namespace: str = PROJECT) -> ClusterSpec:
     """Validate the raw ``cluster`` value; InvalidStackConfig lists every problem."""
     if raw is None:
@@ -88,13 +113,9 @@ def load(namespace: str | None = None) -> tuple[ClusterSpec, Secrets]:
     except pulumi.ConfigTypeError:
         raise InvalidStackConfig([f"{ns}:{SPEC_KEY}: expected a mapping (the cluster spec), got plain text"]) from None
     spec = parse_spec(raw, ns)
-    missing = [
-        f"{ns}:{s.key}: required secret is not set ({s.purpose}); pulumi config set --secret {ns}:{s.key} ..."
-        for s in required_secrets(spec)
-        if cfg.get(s.key) is None
-    ]
-    if missing:
-        raise InvalidStackConfig(missing)
+    problems = secret_problems(ns, required_secrets(spec), cfg.get, pulumi.runtime.is_config_secret)
+    if problems:
+        raise InvalidStackConfig(problems)
 
     def secret(key: SecretKey, needed: bool = True) -> pulumi.Output[str] | None:
         if needed:

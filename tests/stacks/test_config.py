@@ -56,6 +56,33 @@ def test_missing_secrets_are_listed_together() -> None:
     assert "pulumi config set --secret proxmox-gpu-cluster:sshPrivateKey" in info.value.lines[0]
 
 
+def test_plain_text_secrets_are_refused_needed_or_not() -> None:
+    # A token-mode stack that also holds a password (not needed) and the kubeconfig in plain text: both refused,
+    # since a value not set with --secret sits readable in the stack file.
+    config, keys = stack_config(base_spec())
+    keys = [k for k in keys if not k.endswith((":kubeconfig", ":proxmoxPassword"))]
+    with pytest.raises(InvalidStackConfig) as info:
+        run(program, config=config, secret_keys=keys)
+    assert info.value.lines == [
+        "proxmox-gpu-cluster:proxmoxPassword: stored in plain text; it must be a secret "
+        "(pulumi config set --secret proxmox-gpu-cluster:proxmoxPassword ...)",
+        "proxmox-gpu-cluster:kubeconfig: stored in plain text; it must be a secret "
+        "(pulumi config set --secret proxmox-gpu-cluster:kubeconfig ...)",
+    ]
+    assert all("CANARY" not in line for line in info.value.lines)
+
+
+def test_an_empty_required_secret_is_refused() -> None:
+    # What `pulumi new` stores when its prompt is answered with Enter.
+    config, keys = stack_config(base_spec(), {**SECRETS, "proxmoxApiToken": "  "})
+    with pytest.raises(InvalidStackConfig) as info:
+        run(program, config=config, secret_keys=keys)
+    assert info.value.lines == [
+        "proxmox-gpu-cluster:proxmoxApiToken: required secret is empty (Proxmox API token, "
+        "'user@realm!tokenid=uuid' (authMode token)); pulumi config set --secret proxmox-gpu-cluster:proxmoxApiToken ..."
+    ]
+
+
 def test_required_secrets_follow_the_spec() -> None:
     spec = base_spec()
     spec["proxmox"]["authMode"] = "password"
