@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # Strict editable install: a link tree of the package that mypy can read (it cannot follow import hooks). A new or
 # renamed module needs a reinstall, hence the dependency on the list of modules.
-MODULES := $(shell find components stacks -name '*.py' -o -name '*.sh' | sort)
+MODULES := $(shell find components stacks -name '*.py' -o -name '*.sh' -o -name '*.json' | sort)
 MODLIST := $(VENV)/.modules
 
 $(MODLIST): FORCE | $(BIN)/python

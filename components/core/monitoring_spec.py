@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, GetJsonSchemaHandler, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from proxmox_gpu_cluster.core.dcgm_fields import (
     ALERT_FIELDS,
@@ -15,7 +17,7 @@ from proxmox_gpu_cluster.core.dcgm_fields import (
     MetricType,
 )
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
-from proxmox_gpu_cluster.core.spec_base import LINE_BREAKERS, Int, Name, SpecModel
+from proxmox_gpu_cluster.core.spec_base import LINE_BREAKERS, Int, Name, SpecModel, with_string_shorthand
 
 LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
@@ -46,6 +48,10 @@ class DcgmMetric(SpecModel):
             raise ValueError(f"{data[:128]} is not in the built-in field table; write it as {{field, type, help}}")
         kind, text = KNOWN_FIELDS[data]
         return {"field": data, "type": kind, "help": text}
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return with_string_shorthand(core_schema, handler, {"type": "string", "enum": list(KNOWN_FIELDS)})
 
 
 def _default_metrics() -> tuple[DcgmMetric, ...]:

@@ -7,8 +7,20 @@ import re
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    GetJsonSchemaHandler,
+    Tag,
+    WithJsonSchema,
+)
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
 
@@ -33,6 +45,16 @@ class SpecModel(BaseModel):
         serialize_by_alias=True,
         str_strip_whitespace=True,
     )
+
+
+def with_string_shorthand(
+    core_schema: CoreSchema, handler: GetJsonSchemaHandler, shorthand: JsonSchemaValue
+) -> JsonSchemaValue:
+    """The JSON Schema of a model whose ``mode="before"`` validator also takes a plain string: either form, so an
+    editor accepts what the loader accepts. For a model's ``__get_pydantic_json_schema__``."""
+    full = dict(handler.resolve_ref_schema(handler(core_schema)))
+    description = full.pop("description", None)
+    return {**({"description": description} if description else {}), "anyOf": [shorthand, full]}
 
 
 def known_model(key: str) -> str:
@@ -172,7 +194,7 @@ def no_bool(value: object) -> object:
 
 
 Name = Annotated[str, Field(pattern=DNS_LABEL, description="A lower-case DNS label (RFC 1123).")]
-GpuModelKey = Annotated[str, AfterValidator(known_model)]
+GpuModelKey = Annotated[str, AfterValidator(known_model), WithJsonSchema({"type": "string", "enum": list(CATALOG)})]
 IpAddress = Annotated[str, AfterValidator(check_ip)]
 DriverBranch = Annotated[str, Field(pattern=r"^[0-9]{3}$")]
 """An NVIDIA driver branch, e.g. ``580``."""

@@ -5,10 +5,13 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, GetJsonSchemaHandler, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.spec_base import (
+    DNS_LABEL,
     BridgeId,
     DnsName,
     Int,
@@ -21,6 +24,7 @@ from proxmox_gpu_cluster.core.spec_base import (
     check_http_url,
     check_ip_or_cidr,
     check_ipv4,
+    with_string_shorthand,
 )
 
 MAX_MEMORY_MIB = 4 * 1024 * 1024
@@ -37,6 +41,10 @@ class GpuAssignment(SpecModel):
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
         return {"ref": data} if isinstance(data, str) else data
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return with_string_shorthand(core_schema, handler, {"type": "string", "pattern": DNS_LABEL})
 
 
 class TimeSlicing(SpecModel):
