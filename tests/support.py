@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import strategies as st
 
 from proxmox_gpu_cluster import GpuCluster, export
 from proxmox_gpu_cluster.core.errors import SpecError
@@ -250,6 +251,17 @@ def spec_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
         for i, v in enumerate(value):
             out += spec_paths(v, (*prefix, i))
     return out
+
+
+def replace_at_random(spec: Any, data: st.DataObject, values: st.SearchStrategy[Any], times: tuple[int, int]) -> None:
+    """Replace between ``times[0]`` and ``times[1]`` values anywhere in ``spec`` with ``values`` (hypothesis draws
+    how many, where and what)."""
+    for _ in range(data.draw(st.integers(*times))):
+        path = data.draw(st.sampled_from([p for p in spec_paths(spec) if p]))
+        parent: Any = spec
+        for part in path[:-1]:
+            parent = parent[part]
+        parent[path[-1]] = data.draw(values)
 
 
 def without_operator(raw: dict[str, Any]) -> dict[str, Any]:

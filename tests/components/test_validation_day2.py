@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.spec import load_spec
-from tests.support import assert_problem, base_spec, errors_of, make_vm_worker, spec_paths, without_operator
+from tests.support import assert_problem, base_spec, errors_of, make_vm_worker, replace_at_random, without_operator
 
 Spec = dict[str, Any]
 C = "cluster"
@@ -287,12 +287,7 @@ ODD = st.one_of(
 @given(data=st.data())
 def test_odd_values_anywhere_only_raise_spec_errors(data: st.DataObject) -> None:
     spec = base_spec()
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from([p for p in spec_paths(spec) if p]))
-        parent: Any = spec
-        for part in path[:-1]:
-            parent = parent[part]
-        parent[path[-1]] = data.draw(ODD)
+    replace_at_random(spec, data, ODD, (1, 3))
     try:
         load_spec(spec)
     except SpecError as err:

@@ -22,7 +22,7 @@ from referencing import Registry, Resource
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.stacks.json_schema import SPEC_FILE, STACK_FILE, rendered, spec_schema, stack_schema
-from tests.support import ROOT, base_spec, external, make_vm_worker, spec_paths
+from tests.support import ROOT, base_spec, external, make_vm_worker, replace_at_random
 
 SCHEMAS = ROOT / "stacks" / "schemas"
 STACK_FILES = [*sorted(ROOT.glob("Pulumi.*.yaml")), ROOT / "examples" / "cluster-with-app" / "Pulumi.dev.yaml"]
@@ -135,12 +135,7 @@ def test_every_spec_the_loader_accepts_passes_the_schema(data: st.DataObject) ->
     # The loader is lenient where the schema is not (it strips whitespace and coerces "5" to 5), so what is compared
     # is the accepted spec as the loader normalises it: the schema never calls a valid spec wrong.
     spec = copy.deepcopy(data.draw(st.sampled_from(_accepted_specs())))
-    for _ in range(data.draw(st.integers(0, 3))):
-        path = data.draw(st.sampled_from([p for p in spec_paths(spec) if p]))
-        parent: Any = spec
-        for part in path[:-1]:
-            parent = parent[part]
-        parent[path[-1]] = data.draw(_LEAVES)
+    replace_at_random(spec, data, _LEAVES, (0, 3))
     try:
         accepted = load_spec(spec)
     except SpecError:
