@@ -25,6 +25,7 @@ from proxmox_gpu_cluster.stacks.config import ALL_SECRETS, SPEC_KEY
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_DIR = Path(__file__).parent / "schemas"
+"""Where the installed package carries both files (package data), for a program that points its editor at them."""
 SPEC_FILE = "cluster-spec.schema.json"
 STACK_FILE = "stack.schema.json"
 NAMESPACE = r"([A-Za-z0-9_.-]+:)?"
@@ -35,6 +36,8 @@ NAMESPACE = r"([A-Za-z0-9_.-]+:)?"
 _BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
 _NAME_MAPS = {"properties", "patternProperties", "$defs"}
 """Keywords whose values map names (of properties, patterns, definitions) to schemas, not keywords to values."""
+_DATA = {"default", "enum", "const", "examples"}
+"""Keywords whose values are instance data, copied as they are."""
 
 
 def _normalise(node: Any, names: bool = False) -> Any:
@@ -46,7 +49,7 @@ def _normalise(node: Any, names: bool = False) -> Any:
     if names:
         return {name: _normalise(schema) for name, schema in node.items()}
     return {
-        _BOUNDS.get(key, key): _normalise(value, names=key in _NAME_MAPS)
+        _BOUNDS.get(key, key): value if key in _DATA else _normalise(value, names=key in _NAME_MAPS)
         for key, value in node.items()
         if key != "title"
     }
