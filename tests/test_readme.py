@@ -13,7 +13,8 @@ from tests.support import ROOT
 
 README = (ROOT / "README.md").read_text()
 
-# Proxmox VE 9's privileges, from the "Privileges" list of pveum(1) (pve-docs, pveum.adoc). VM.Monitor is gone in 9.
+# Proxmox VE 9's privileges: the "Privileges" list of pveum(1) (pve-docs, pveum.adoc), and Sys.AccessNetwork, which
+# the download-url permission check names (pve-manager, PVE/API2/Storage/Status.pm). VM.Monitor is gone in 9.
 PVE9_PRIVILEGES = {
     "Group.Allocate", "Mapping.Audit", "Mapping.Modify", "Mapping.Use", "Permissions.Modify", "Pool.Allocate",
     "Pool.Audit", "Realm.AllocateUser", "Realm.Allocate", "SDN.Allocate", "SDN.Audit", "Sys.AccessNetwork",
