@@ -9,6 +9,7 @@ import re
 import pulumi
 
 import proxmox_gpu_cluster
+from proxmox_gpu_cluster.render.proxmox_acl import ROLES, roles_table
 from tests.support import ROOT
 
 README = (ROOT / "README.md").read_text()
@@ -54,14 +55,18 @@ def test_the_diagram_names_real_components_and_every_layer() -> None:
     assert layers <= named
 
 
-def test_the_privilege_table_names_only_real_privileges() -> None:
-    table = section("### The Proxmox API token")
-    rows = [line for line in table.splitlines() if line.startswith("| `")]
-    named = {p for row in rows for p in re.findall(r"`([A-Z][A-Za-z]+(?:\.[A-Za-z]+)+)`", row.split("|")[1])}
+def test_the_role_table_is_generated_from_the_roles_the_tool_grants() -> None:
+    (table,) = re.findall(r"<!-- proxmox-roles:[^\n]*-->\n(.*?)<!-- /proxmox-roles -->", README, re.DOTALL)
+    assert table == roles_table(), "regenerate the table between the proxmox-roles markers from roles_table()"
+
+
+def test_every_role_names_real_privileges_and_the_ones_the_guides_name() -> None:
+    named = {p for role in ROLES for p in role.privileges}
     assert named - PVE9_PRIVILEGES == set()
-    needed = {"VM.Allocate", "VM.Config.HWType", "Datastore.AllocateSpace", "Datastore.AllocateTemplate"}
-    assert needed | {"Mapping.Use", "Mapping.Modify", "Sys.Audit", "SDN.Use"} <= named
-    assert all(row.count("|") == 4 and row.split("|")[3].strip() for row in rows), "every privilege says what for"
+    assert "VM.Monitor" not in named  # removed in Proxmox VE 9
+    guides = {"VM.Allocate", "VM.Config.HWType", "Datastore.AllocateSpace", "Datastore.AllocateTemplate"}
+    assert guides | {"Mapping.Use", "Mapping.Modify", "Sys.Audit", "SDN.Use"} <= named
+    assert all(role.why and role.on for role in ROLES)
 
 
 def test_the_troubleshooting_table_covers_the_guides_failure_modes() -> None:
