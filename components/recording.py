@@ -3,7 +3,7 @@ options and inputs, and the queries tests and the offline plan ask of them (``te
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,31 +21,29 @@ def is_secret(value: Any) -> bool:
     return isinstance(value, Mapping) and value.get(SECRET_SIG) == SECRET_VALUE
 
 
-def redact(value: Any) -> Any:
-    """A copy of ``value`` with every secret replaced by ``"[secret]"`` and unknowns by ``"[unknown]"``."""
+def _walk(value: Any, secret: Callable[[Mapping[str, Any]], Any]) -> Any:
+    """A copy of ``value`` with each secret envelope replaced by ``secret(envelope)`` and unknowns by
+    ``"[unknown]"``."""
     if is_secret(value):
-        return REDACTED
+        return secret(value)
     if isinstance(value, Mapping):
-        return {k: redact(v) for k, v in value.items()}
+        return {k: _walk(v, secret) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
+        return [_walk(v, secret) for v in value]
     if value == UNKNOWN or isinstance(value, Unknown):
         return "[unknown]"
     return value
+
+
+def redact(value: Any) -> Any:
+    """A copy of ``value`` with every secret replaced by ``"[secret]"`` and unknowns by ``"[unknown]"``."""
+    return _walk(value, lambda _: REDACTED)
 
 
 def unwrap(value: Any) -> Any:
     """A copy of ``value`` with secret envelopes replaced by their plain values and unknowns by
     ``"[unknown]"``, so two plans compare equal when they would register the same thing (for assertions only)."""
-    if is_secret(value):
-        return unwrap(value["value"])
-    if isinstance(value, Mapping):
-        return {k: unwrap(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [unwrap(v) for v in value]
-    if value == UNKNOWN or isinstance(value, Unknown):
-        return "[unknown]"
-    return value
+    return _walk(value, lambda envelope: unwrap(envelope["value"]))
 
 
 @dataclass
