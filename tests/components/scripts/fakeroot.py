@@ -1,4 +1,11 @@
-"""A fake root for the remote scripts: files under a temporary ROOT, system commands stubbed on PATH."""
+"""A fake root for the remote scripts: files under a temporary ROOT, system commands stubbed on PATH.
+
+Fault injection: ``fault(n, mode)`` makes the n-th stubbed command of the next run (counted over every stub, in
+call order, from 1) fail (``fail``: exit 1 before doing anything, with a line on stderr), or kill the whole run
+with SIGKILL of its process group, as a dropped SSH session or a Ctrl-C of ``pulumi up`` would (``kill``: before
+the command does anything; ``kill-after``: once it has done its work). Every run starts in a new session, so the
+process group is exactly the step and what it started.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parents[3] / "components" / "scripts"
+FAULT_MODES = ("fail", "kill", "kill-after")
+_HARNESS_FILES = {"fault.count", "fault.hit"}
+# The preamble of every stub: record the call, count it, and inject the fault when this is the chosen command.
+_PREAMBLE = """#!/bin/sh
+printf "%s\\n" "$(basename "$0") $*" >> "$PGC_ROOT/calls.log"
+if [ -n "${PGC_FAULT_AT:-}" ]; then
+  n=$(( $(cat "$PGC_ROOT/fault.count" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$PGC_ROOT/fault.count"
+  if [ "$n" = "$PGC_FAULT_AT" ]; then
+    echo "$(basename "$0") $*" > "$PGC_ROOT/fault.hit"
+    case "$PGC_FAULT_MODE" in
+      fail) echo "$(basename "$0"): injected failure" >&2; exit 1 ;;
+      kill) kill -KILL 0 ;;
+      kill-after) trap 'kill -KILL 0' EXIT ;;
+    esac
+  fi
+fi
+"""
 
 
 @dataclass
@@ -46,17 +70,28 @@ class FakeRoot:
         """A command that records its call and prints ``stdout``."""
         (self.bin / f"{name}.out").write_text(stdout)
         script = self.bin / name
-        script.write_text(
-            '#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "$PGC_ROOT/calls.log"\n'
-            f'cat "{self.bin / (name + ".out")}"\n'
-        )
+        script.write_text(_PREAMBLE + f'cat "{self.bin / (name + ".out")}"\n')
         script.chmod(0o755)
 
     def stub_script(self, name: str, body: str) -> None:
         """A command that records its call, then runs ``body`` (sh) with the same arguments."""
         script = self.bin / name
-        script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "$PGC_ROOT/calls.log"\n{body}\n')
+        script.write_text(f"{_PREAMBLE}{body}\n")
         script.chmod(0o755)
+
+    def fault(self, at: int | None, mode: str = "fail") -> None:
+        """Inject a fault at the ``at``-th stubbed command of every later run (None: no more faults); the count
+        starts again at each call."""
+        if mode not in FAULT_MODES:
+            raise ValueError(f"fault mode {mode!r}; modes: {', '.join(FAULT_MODES)}")
+        self._fault = (at, mode) if at is not None else None
+        (self.root / "fault.count").unlink(missing_ok=True)
+        (self.root / "fault.hit").unlink(missing_ok=True)
+
+    def fault_hit(self) -> str | None:
+        """The command the injected fault hit (``name args``), or None if the run never reached it."""
+        hit = self.root / "fault.hit"
+        return hit.read_text().strip() if hit.exists() else None
 
     def run(self, script: str, *args: str) -> Result:
         return self._call(["bash", str(SCRIPTS / script), *args])
@@ -68,9 +103,22 @@ class FakeRoot:
     def _call(self, argv: list[str], stdin: str | None = None) -> Result:
         before = self.log.read_text().splitlines() if self.log.exists() else []
         env = {"PATH": f"{self.bin}:/usr/bin:/bin", "PGC_ROOT": str(self.root), "LC_ALL": "C"}
-        proc = subprocess.run(argv, input=stdin, env=env, capture_output=True, text=True, check=False)
+        fault = getattr(self, "_fault", None)
+        if fault is not None:
+            env |= {"PGC_FAULT_AT": str(fault[0]), "PGC_FAULT_MODE": fault[1]}
+        # A new session: the process group is this run alone, so an injected kill takes exactly the step and what
+        # it started, as losing the SSH session does.
+        proc = subprocess.run(
+            argv, input=stdin, env=env, capture_output=True, text=True, check=False, start_new_session=True
+        )
         after = self.log.read_text().splitlines() if self.log.exists() else []
         return Result(proc.returncode, proc.stdout, proc.stderr, after[len(before) :])
+
+    @property
+    def killed(self) -> bool:
+        """Whether the injected fault was a kill and it happened."""
+        fault = getattr(self, "_fault", None)
+        return fault is not None and fault[1] != "fail" and self.fault_hit() is not None
 
     def snapshot(self) -> dict[str, str]:
         """Every file under the root except the stubs and the call log, with its content."""
@@ -78,4 +126,5 @@ class FakeRoot:
             str(p.relative_to(self.root)): p.read_text()
             for p in sorted(self.root.rglob("*"))
             if p.is_file() and not p.is_symlink() and self.bin not in p.parents and p != self.log
+            and p.name not in _HARNESS_FILES
         }
