@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parents[3] / "components" / "scripts"
+AGENT = SCRIPTS.parent / "agent"
+"""The node agent's Python modules; on a machine they sit next to the step's script (PGC_AGENT_DIR)."""
 FAULT_MODES = ("fail", "kill", "kill-after")
 _HARNESS_FILES = {"fault.count", "fault.hit"}
 # The preamble of every stub: record the call, count it, and inject the fault when this is the chosen command.
@@ -102,7 +104,12 @@ class FakeRoot:
 
     def _call(self, argv: list[str], stdin: str | None = None) -> Result:
         before = self.log.read_text().splitlines() if self.log.exists() else []
-        env = {"PATH": f"{self.bin}:/usr/bin:/bin", "PGC_ROOT": str(self.root), "LC_ALL": "C"}
+        env = {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "PGC_ROOT": str(self.root),
+            "LC_ALL": "C",
+            "PGC_AGENT_DIR": str(AGENT),
+        }
         fault = getattr(self, "_fault", None)
         if fault is not None:
             env |= {"PGC_FAULT_AT": str(fault[0]), "PGC_FAULT_MODE": fault[1]}
@@ -125,6 +132,9 @@ class FakeRoot:
         return {
             str(p.relative_to(self.root)): p.read_text()
             for p in sorted(self.root.rglob("*"))
-            if p.is_file() and not p.is_symlink() and self.bin not in p.parents and p != self.log
+            if p.is_file()
+            and not p.is_symlink()
+            and self.bin not in p.parents
+            and p != self.log
             and p.name not in _HARNESS_FILES
         }
