@@ -1,9 +1,46 @@
-"""A fake Ubuntu guest for the guest bootstrap scripts: a FakeRoot whose stubs keep state like the real tools.
+"""A fake Ubuntu guest for the guest bootstrap scripts: a FakeRoot whose stubs keep state like the real tools
+(their sh bodies are in ``fakeguest_tools.py``). Where convergence depends on a tool, the fake does what the real one
+does:
 
-apt-get/dpkg-query/apt-mark/apt-cache share a package database under ``var/lib/fake-dpkg`` (one file per
-installed package holding its version) and an archive of available versions under ``var/lib/fake-archive``.
-modprobe loads modules by creating ``sys/module/<name>`` (nvidia only when a driver package is installed, with
-its upstream version); ``reboot()`` is what the scheduled reboot would do. Every stub records its call.
+- Packages: apt-get/dpkg-query/apt-mark/apt-cache share a database under ``var/lib/fake-dpkg`` (one file per
+  package holding its version) and an archive under ``var/lib/fake-archive``. ``apt-get install`` unpacks every
+  package first (dpkg status ``iU``, in ``var/lib/fake-dpkg-status``) and then configures them (postinst: DKMS
+  builds ``lib/modules/<kernel>/updates/dkms/nvidia.ko`` holding the driver's version for every kernel with headers).
+  A run killed between the two (``kill_apt_after_unpack()``) leaves packages ``iU`` and no module; apt-get then
+  refuses every install with "E: dpkg was interrupted, you must manually run 'dpkg --configure -a'" (exit 100)
+  until ``dpkg --configure -a`` configures them; ``dpkg --audit`` lists them (exit 1). ``fake-dkms-fail``: the
+  DKMS build fails in postinst ("Error! Bad return status for module build", package left ``iF``). A held package
+  changes only with --allow-change-held-packages. ``fake-apt-lock`` ("<pid> <name> <seconds>"): the dpkg frontend
+  lock is held that long; apt-get waits only with ``-o DPkg::Lock::Timeout=N`` (N >= seconds: it gets the lock),
+  else fails with apt's "E: Could not get lock ... It is held by process ..." (exit 100). ``fake-offline``:
+  ``apt-get update`` prints W: lines and exits 0 as apt does, E: and exit 100 only with ``--error-on=any``; curl
+  fails with "(6) Could not resolve host".
+- Keyrings: curl prints an armored key; ``fake-curl-truncate`` cuts it (curl exit 18). ``gpg --dearmor -o F``
+  writes as it decodes, so a cut armor leaves a partial F (exit 2); ``gpg --show-keys F`` lists a complete keyring
+  and fails with "gpg: no valid OpenPGP data found." otherwise.
+- Modules: ``sys/module/<name>``; ``modprobe nvidia`` loads the DKMS-built module of the running kernel (its version
+  in ``sys/module/nvidia/version``), fails while nouveau holds the GPU; ``modinfo -F version nvidia`` reads the built
+  module; nvidia-smi fails without a module and with "Driver/library version mismatch" (exit 18) when the loaded
+  module is not the installed utilities' version.
+- Boot: ``update-grub`` GENERATES ``boot/grub/grub.cfg`` from /etc/default/grub and /etc/default/grub.d/*.cfg
+  (sourced in order); ``update-initramfs -u`` packs the modprobe configuration and /etc/initramfs-tools/modules
+  into ``boot/initrd.img-<kernel>``. ``reboot()`` boots what they last generated, not the files on disk: the kernel
+  command line of grub.cfg, nouveau unless both the initramfs and the root file system blacklist it. /run is
+  emptied, ``proc/sys/kernel/random/boot_id`` changes, sysctl.d and modules-load.d are applied, services start with
+  their configuration files. ``systemd-run`` records the scheduled reboot in ``fake-reboot-scheduled`` (a second one
+  fails, "already loaded", as a transient unit does; ``systemctl is-active`` on the timer sees it) and
+  ``reboot_scheduled()`` tells a harness to call ``reboot()`` after the step, killed or not.
+- containerd: its package's postinst starts it, ``systemctl restart containerd`` restarts it, each time with the
+  configuration files as they are then (copied to ``fake-running/containerd``). ``containerd config dump`` reads the
+  FILES; ``crictl info`` (from cri-tools, a kubeadm dependency) shows the RUNNING CRI config (runtimes, default
+  runtime, runc options) and fails when containerd does not run.
+- kubeadm: ``join`` runs the preflight checks of its files ("[ERROR FileAvailable--etc-kubernetes-pki-ca.crt]:
+  /etc/kubernetes/pki/ca.crt already exists", exit 1), writes pki/ca.crt and bootstrap-kubelet.conf, then after the
+  TLS bootstrap kubelet.conf; with ``fake-kubeadm-tls-timeout`` it times out in the TLS bootstrap leaving the first
+  two ("timed out waiting for the condition", exit 1). ``reset -f`` removes them.
+- sysctl --system applies sysctl.d to ``proc/sys`` (net.bridge keys exist once br_netfilter is loaded); swapoff -a
+  empties ``proc/swaps``; systemctl enable/is-enabled keep ``fake-systemd-enabled``.
+Every stub records its call.
 """
 
 from __future__ import annotations
@@ -11,23 +48,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 
 from proxmox_gpu_cluster.render.guest_scripts import secret_stdin, step_script
+from tests.components.scripts.fakeguest_tools import DEFAULT_CONTAINERD, KERNEL, STUBS
 from tests.components.scripts.fakeroot import FakeRoot, Result
 
-KERNEL = "6.8.0-49-generic"
-DEFAULT_CONTAINERD = """version = 2
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "registry.k8s.io/pause:3.8"
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      default_runtime_name = "runc"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-          runtime_type = "io.containerd.runc.v2"
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-            SystemdCgroup = false"""
+__all__ = ["DEFAULT_CONTAINERD", "KERNEL", "FakeGuest", "mutating"]
 ARCHIVE = {
     "nvidia-headless-580-server-open": ["580.105.08-0ubuntu0.24.04.1", "580.95.05-0ubuntu0.24.04.2"],
     "nvidia-headless-580-server": ["580.105.08-0ubuntu0.24.04.1", "580.95.05-0ubuntu0.24.04.2"],
@@ -42,148 +70,64 @@ ARCHIVE = {
     "kubelet": ["1.34.2-1.1"],
     "kubeadm": ["1.34.2-1.1"],
     "kubectl": ["1.34.2-1.1"],
+    "cri-tools": ["1.34.0-1.1"],
 }
 MUTATING = (
     "apt-get install",
     "apt-get purge",
     "apt-mark hold",
     "apt-mark unhold",
+    "dpkg --configure",
     "update-initramfs",
     "update-grub",
     "systemd-run",
     "systemctl restart",
     "systemctl enable",
     "kubeadm join",
+    "kubeadm reset",
     "swapoff",
     "sysctl",
     "curl",
+    "gpg --dearmor",
     "nvidia-ctk cdi",
 )
 """Calls that change a host; a re-run on a provisioned guest must make none."""
-
-_DPKG = "$PGC_ROOT/var/lib/fake-dpkg"
-# What loading vfio-pci does: with the IOMMU on (a kernel booted with *_iommu=on), it binds every unbound device
-# whose id its `options vfio-pci ids=` list names; without an IOMMU group the probe fails and they stay unbound.
-_BIND_VFIO = """bind_vfio() {
-  grep -q "_iommu=on" "$PGC_ROOT/proc/cmdline" || return 0
-  ids="$(sed -n 's/^options vfio-pci ids=//p' "$PGC_ROOT"/etc/modprobe.d/*.conf 2>/dev/null | tr , ' ')"
-  for dev in "$PGC_ROOT"/sys/bus/pci/devices/*; do
-    [ -L "$dev/driver" ] && continue
-    id="$(sed 's/^0x//' "$dev/vendor"):$(sed 's/^0x//' "$dev/device")"
-    for want in $ids; do
-      [ "$id" = "$want" ] && ln -s ../../../bus/pci/drivers/vfio-pci "$dev/driver"
-    done
-  done
-  return 0
-}
-"""
-# What DKMS does after a package install (its kernel postinst hook and the nvidia-dkms postinst): build the module
-# for every kernel whose headers are installed, when the driver's module source is.
-_DKMS = f"""dkms_autoinstall() {{
-  ls "{_DPKG}"/nvidia-headless-* >/dev/null 2>&1 || return 0
-  for h in "{_DPKG}"/linux-headers-[0-9]*; do
-    [ -f "$h" ] || continue
-    k="${{h##*/linux-headers-}}"; mkdir -p "$PGC_ROOT/lib/modules/$k/updates/dkms"
-    : > "$PGC_ROOT/lib/modules/$k/updates/dkms/nvidia.ko"
-  done
-}}
-"""
-_STUBS = {
-    # One package: "ii  <version>"; a pattern (linux-image-*): "ii  <package>" per installed match.
-    "dpkg-query": f'p="$3"; case "$p" in *"*"*) for f in "{_DPKG}"/$p; do [ -f "$f" ] && printf "ii  %s\\n" '
-    f'"$(basename "$f")"; done; exit 0 ;; esac\n[ -f "{_DPKG}/$p" ] || exit 1; printf "ii  %s\\n" "$(cat "{_DPKG}/$p")"',
-    "apt-cache": 'f="$PGC_ROOT/var/lib/fake-archive/$2"; [ -f "$f" ] || exit 0\n'
-    'while read -r v; do printf " %s | %s | http://archive.ubuntu.com/ubuntu noble/restricted\\n" "$2" "$v"; '
-    'done < "$f"',
-    "apt-get": _DKMS
-    + f"""cmd=""; skip=0
-for a in "$@"; do
-  if [ "$skip" = 1 ]; then skip=0; continue; fi
-  case "$a" in
-    -o) skip=1 ;;
-    -*) ;;
-    update|install|purge) cmd="$a" ;;
-    *) p="${{a%%=*}}"; v="${{a#*=}}"
-       a_file="$PGC_ROOT/var/lib/fake-archive/$p"
-       if [ "$cmd" = install ]; then
-         [ -f "$a_file" ] || {{ echo "E: Unable to locate package $p" >&2; exit 100; }}
-         [ "$v" = "$a" ] && v="$(head -n 1 "$a_file")"
-         mkdir -p "{_DPKG}"; printf "%s" "$v" > "{_DPKG}/$p"
-       elif [ "$cmd" = purge ]; then rm -f "{_DPKG}/$p"; fi ;;
-  esac
-done
-[ "$cmd" = install ] && dkms_autoinstall; exit 0""",
-    "apt-mark": 'h="$PGC_ROOT/var/lib/fake-holds"; touch "$h"; c="$1"; shift\n'
-    'case "$c" in showhold) cat "$h" ;; hold) for p in "$@"; do echo "$p" >> "$h"; done ;;\n'
-    'unhold) for p in "$@"; do grep -vxF "$p" "$h" > "$h.new" || true; mv "$h.new" "$h"; done ;; esac',
-    "curl": 'echo "-----BEGIN PGP PUBLIC KEY BLOCK-----"',
-    "gpg": 'while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out="$2"; fi; shift; done; cat > "$out"',
-    "uname": 'cat "$PGC_ROOT/fake-kernel"',
-    "modprobe": _BIND_VFIO
-    + f"""if [ "$1" = -r ]; then
-  [ -f "$PGC_ROOT/nouveau-busy" ] && exit 1; rm -rf "$PGC_ROOT/sys/module/$2"; exit 0
-fi
-if [ "$1" = nvidia ]; then
-  v=""; for f in "{_DPKG}"/nvidia-headless-*; do [ -f "$f" ] && v="$(cut -d- -f1 < "$f")"; done
-  [ -n "$v" ] || exit 1
-  [ -f "$PGC_ROOT/lib/modules/$(cat "$PGC_ROOT/fake-kernel")/updates/dkms/nvidia.ko" ] || {{
-    echo "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(cat "$PGC_ROOT/fake-kernel")" >&2
-    exit 1; }}
-  mkdir -p "$PGC_ROOT/sys/module/nvidia"; printf "%s\\n" "$v" > "$PGC_ROOT/sys/module/nvidia/version"; exit 0
-fi
-if [ "$1" = vfio-pci ]; then
-  mkdir -p "$PGC_ROOT/sys/module/vfio_pci"; bind_vfio; exit 0
-fi
-mkdir -p "$PGC_ROOT/sys/module/$1\"""",
-    "update-grub": "true",
-    "containerd": f"""if [ "$2" = default ]; then cat <<'EOF'
-{DEFAULT_CONTAINERD}
-EOF
-else cat "$PGC_ROOT/etc/containerd/config.toml" "$PGC_ROOT"/etc/containerd/conf.d/*.toml 2>/dev/null; fi""",
-    "nvidia-ctk": """if [ "$1" = cdi ]; then out="${3#--output=}"; echo "cdiVersion: 0.5.0" > "$out"; exit 0; fi
-c="$PGC_ROOT/etc/containerd/config.toml"
-grep -q '^imports' "$c" || { printf 'imports = ["/etc/containerd/conf.d/*.toml"]\\n' | cat - "$c" > "$c.n"; mv "$c.n" "$c"; }
-mkdir -p "$PGC_ROOT/etc/containerd/conf.d"
-{ echo '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
-  echo '  runtime_type = "io.containerd.runc.v2"'
-  [ "$4" = --set-as-default ] && echo '[plugins."io.containerd.grpc.v1.cri".containerd]' && \
-    echo '  default_runtime_name = "nvidia"'
-} > "$PGC_ROOT/etc/containerd/conf.d/99-nvidia.toml\"""",
-    "nvidia-smi": """[ -f "$PGC_ROOT/sys/module/nvidia/version" ] || { echo "NVIDIA-SMI has failed" ; exit 9; }
-if [ "$1" = -L ]; then cat "$PGC_ROOT/fake-gpus"; else cat "$PGC_ROOT/sys/module/nvidia/version"; fi""",
-    "lspci": 'cat "$PGC_ROOT/fake-lspci"',
-    "kubeadm": 'if [ "$1" = reset ]; then rm -rf "$PGC_ROOT/etc/kubernetes"; echo "[reset] done"; exit 0; fi\n'
-    'cfg="$3"; stat -c %a "$cfg" > "$PGC_ROOT/join-config-mode"; cp "$cfg" "$PGC_ROOT/join-config"\n'
-    'printf "%s\\n" "$cfg" > "$PGC_ROOT/join-config-path"\n'
-    'mkdir -p "$PGC_ROOT/etc/kubernetes"; echo "kind: Config" > "$PGC_ROOT/etc/kubernetes/kubelet.conf"\n'
-    'echo "This node has joined the cluster"',
-    "cloud-init": 'echo "status: done"',
-}
 
 BOOT_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.8.0-49-generic root=LABEL=cloudimg-rootfs ro console=tty1 console=ttyS0"
 A10_SLOT = "0000:00:10.0"
 A10_LSPCI = "00:10.0 3D controller [0302]: NVIDIA Corporation GA102GL [A10] [10de:2236] (rev a1)\n"
 A10_SMI = "GPU 0: NVIDIA A10 (UUID: GPU-7f1c2a80-0000-0000-0000-000000000001)\n"
+_BLACKLIST = re.compile(r"^\s*blacklist\s+nouveau\s*$", re.MULTILINE)
+_MODPROBE_DIRS = ("etc/modprobe.d", "lib/modprobe.d", "usr/lib/modprobe.d")
+
+
+def boot_id(boot: int) -> str:
+    """The boot id of the ``boot``-th boot (0: the guest as created), the same in every fake."""
+    return str(uuid.uuid5(uuid.NAMESPACE_OID, f"fake-guest-boot-{boot}"))
 
 
 class FakeGuest(FakeRoot):
-    """A fresh Ubuntu 24.04 cloud-image guest after cloud-init ran our vendor data (nouveau blacklisted and
-    unloaded), with one A10 passed through."""
+    """A fresh Ubuntu 24.04 cloud-image guest after cloud-init ran our vendor data (nouveau blacklisted, the
+    initramfs regenerated with the blacklist, nouveau unloaded), with one A10 passed through."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
-        for name, body in _STUBS.items():
+        for name, body in STUBS.items():
             self.stub_script(name, body)
-        for name in ("update-initramfs", "systemd-run", "systemctl", "sysctl", "swapoff"):
-            self.stub(name)
         self.write("etc/os-release", 'NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="24.04"\n')
         self.write("fake-kernel", KERNEL + "\n")
         # The cloud image's kernel: the flavour metapackage and the kernel it depends on.
         self.write("var/lib/fake-dpkg/linux-image-virtual", "6.8.0.49.50")
         self.write(f"var/lib/fake-dpkg/linux-image-{KERNEL}", "6.8.0-49.50")
         self.write("etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\noptions nouveau modeset=0\n")
+        self.write("etc/default/grub", 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet splash"\n')
+        self.write(
+            "etc/default/grub.d/50-cloudimg-settings.cfg", 'GRUB_CMDLINE_LINUX_DEFAULT="console=tty1 console=ttyS0"\n'
+        )
         self.write("etc/fstab", "LABEL=cloudimg-rootfs / ext4 discard,errors=remount-ro 0 1\n")
         self.write("proc/swaps", "Filename Type Size Used Priority\n")
+        self.write("proc/sys/net/ipv4/ip_forward", "0\n")
+        self.write("proc/sys/kernel/random/boot_id", boot_id(0) + "\n")
         self.write("fake-lspci", A10_LSPCI)
         self.write("proc/cmdline", BOOT_CMDLINE + "\n")
         self.write(f"sys/bus/pci/devices/{A10_SLOT}/vendor", "0x10de\n")
@@ -192,6 +136,19 @@ class FakeGuest(FakeRoot):
         self.write("fake-gpus", A10_SMI)
         for package, versions in ARCHIVE.items():
             self.write(f"var/lib/fake-archive/{package}", "\n".join(versions) + "\n")
+        # What the image and cloud-init generated: grub.cfg and the initramfs (with the nouveau blacklist).
+        self.run_stdin("update-grub 2>/dev/null; update-initramfs -u 2>/dev/null\n")
+        self.log.unlink()
+
+    @classmethod
+    def copy(cls, source: FakeGuest, root: Path) -> FakeGuest:
+        """A second guest in exactly ``source``'s state (files, running state, call log), under ``root``."""
+        shutil.copytree(source.root, root, symlinks=True)
+        guest = cls.__new__(cls)
+        FakeRoot.__init__(guest, root / "_copy")  # the attributes; the stubs are the copied ones
+        shutil.rmtree(root / "_copy")
+        guest.root, guest.bin, guest.log = root, root / "_stubs", root / "calls.log"
+        return guest
 
     def installed(self, package: str) -> str | None:
         path = self.root / "var/lib/fake-dpkg" / package
@@ -206,42 +163,78 @@ class FakeGuest(FakeRoot):
         text = secret_stdin(step, secrets) if secrets is not None else step_script(step)
         return self.run_stdin(text, *args)
 
+    def reboot_scheduled(self) -> bool:
+        """Whether a step scheduled a reboot (systemd-run) that has not happened yet."""
+        return (self.root / "fake-reboot-scheduled").exists()
+
+    def kill_apt_after_unpack(self) -> None:
+        """The next ``apt-get install`` is killed (its process group) after unpacking, before configuring."""
+        self.write("fake-apt-kill-after-unpack", "")
+
     def reboot(self) -> None:
-        """What the scheduled reboot does: the kernel boots with the GRUB drop-in's arguments (IOMMU groups
-        appear with *_iommu=on), nouveau stays out (blacklisted), modules-load.d loads vfio-pci (which binds its
-        ids), udev loads the installed nvidia module."""
-        shutil.rmtree(self.root / "sys/module", ignore_errors=True)
-        shutil.rmtree(self.root / "sys/kernel/iommu_groups", ignore_errors=True)
+        """What the (scheduled) reboot does: the kernel boots grub.cfg's command line (IOMMU groups appear with
+        *_iommu=on); the initramfs and then udev load nouveau unless both blacklist it; systemd applies sysctl.d and
+        loads modules-load.d (vfio-pci binds its ids); udev loads the built nvidia module for unbound NVIDIA GPUs;
+        containerd starts with its files. /run and every loaded module and binding are gone."""
+        boots = int(self.read("fake-boots")) + 1 if (self.root / "fake-boots").exists() else 1
+        self.write("fake-boots", f"{boots}\n")
+        self.write("proc/sys/kernel/random/boot_id", boot_id(boots) + "\n")
+        for path in ("sys/module", "sys/kernel/iommu_groups", "run", "fake-running", "proc/sys/net"):
+            shutil.rmtree(self.root / path, ignore_errors=True)
+        for name in ("fake-reboot-scheduled", "nouveau-busy"):
+            (self.root / name).unlink(missing_ok=True)
         for device in (self.root / "sys/bus/pci/devices").iterdir():
             if (device / "driver").is_symlink():
                 (device / "driver").unlink()
-        (self.root / "nouveau-busy").unlink(missing_ok=True)
-        dropin = self.root / "etc/default/grub.d/90-proxmox-gpu-cluster.cfg"
-        extra = (
-            re.findall(r'GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT:-\} ([^"]*)"', dropin.read_text())
-            if dropin.exists()
-            else []
-        )
-        cmdline = " ".join([BOOT_CMDLINE, *extra])
+        kernel = self.read("fake-kernel").strip()
+        linux = re.search(r"^\s*linux\s+\S+\s+(.*)$", self.read("boot/grub/grub.cfg"), re.MULTILINE)
+        cmdline = " ".join([f"BOOT_IMAGE=/vmlinuz-{kernel}", *(linux.group(1).split() if linux else [])])
         self.write("proc/cmdline", cmdline + "\n")
+        self.write("proc/sys/net/ipv4/ip_forward", "0\n")
         if "_iommu=on" in cmdline:
             self.write("sys/kernel/iommu_groups/0/type", "identity\n")
-        if list((self.root / "etc/modules-load.d").glob("*vfio*")):
+        initrd = self.root / f"boot/initrd.img-{kernel}"
+        rootfs = "".join(p.read_text() for d in _MODPROBE_DIRS for p in sorted((self.root / d).glob("*.conf")))
+        if not (initrd.exists() and _BLACKLIST.search(initrd.read_text()) and _BLACKLIST.search(rootfs)):
+            self.write("sys/module/nouveau/refcnt", "1\n")
+        loads = "".join(p.read_text() for p in sorted((self.root / "etc/modules-load.d").glob("*.conf")))
+        wanted = [m for m in loads.split() if not m.startswith("#")]
+        for module in ("overlay", "br_netfilter"):
+            if module in wanted:
+                (self.root / "sys/module" / module).mkdir(parents=True, exist_ok=True)
+        if "br_netfilter" in wanted:
+            for key in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables"):
+                self.write(f"proc/sys/net/bridge/{key}", "1\n")
+        for conf in sorted((self.root / "etc/sysctl.d").glob("*.conf")):
+            for key, value in re.findall(r"^([a-z0-9._-]+)\s*=\s*(\S+)", conf.read_text(), re.MULTILINE):
+                target = self.root / "proc/sys" / key.replace(".", "/")
+                if target.parent.is_dir():
+                    target.write_text(value + "\n")
+        if "vfio_pci" in wanted:
             self.run_stdin("modprobe vfio-pci\n")
-        drivers = sorted((self.root / "var/lib/fake-dpkg").glob("nvidia-headless-*"))
-        kernel = self.read("fake-kernel").strip()
-        if drivers and (self.root / f"lib/modules/{kernel}/updates/dkms/nvidia.ko").exists():
-            self.write("sys/module/nvidia/version", drivers[-1].read_text().split("-")[0] + "\n")
+        ko = self.root / f"lib/modules/{kernel}/updates/dkms/nvidia.ko"
+        nouveau = (self.root / "sys/module/nouveau").exists()
+        if ko.exists() and not nouveau and self.driver_of() != "vfio-pci":
+            self.write("sys/module/nvidia/version", ko.read_text())
+        if self.installed("containerd") or self.installed("containerd.io"):
+            running = self.root / "fake-running/containerd"
+            running.mkdir(parents=True)
+            if (self.root / "etc/containerd/config.toml").exists():
+                shutil.copy(self.root / "etc/containerd/config.toml", running)
+            if (self.root / "etc/containerd/conf.d").is_dir():
+                shutil.copytree(self.root / "etc/containerd/conf.d", running / "conf.d")
 
     def kernel_update(self, kernel: str) -> None:
         """What unattended-upgrades does with a new kernel: the flavour metapackages pull the new image and, when
-        the headers metapackage is installed, its headers; DKMS's kernel hook then builds the module for it. The
-        new kernel runs after the next ``reboot()``."""
+        the headers metapackage is installed, its headers; DKMS's kernel hook then builds the module for it, and the
+        kernel's hooks generate its initramfs and grub.cfg. The new kernel runs after the next ``reboot()``."""
         self.write(f"var/lib/fake-dpkg/linux-image-{kernel}", "new")
         self.write(f"var/lib/fake-archive/linux-headers-{kernel}", "new\n")  # the archive has them either way
         if self.installed("linux-headers-virtual") is not None:
             self.run_stdin(f"apt-get install -y linux-headers-{kernel}\n")
         self.write("fake-kernel", kernel + "\n")
+        # The kernel's postinst hooks (/etc/kernel/postinst.d: initramfs-tools, zz-update-grub).
+        self.run_stdin("update-initramfs -u 2>/dev/null; update-grub 2>/dev/null\n")
 
     def driver_of(self, slot: str = A10_SLOT) -> str | None:
         """The driver bound to a PCI function, or None."""

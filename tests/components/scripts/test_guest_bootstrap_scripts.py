@@ -332,7 +332,7 @@ def test_verify_passes_with_exactly_the_assigned_gpus(guest: FakeGuest) -> None:
             "guest-bootstrap: verify: nvidia-smi -L: expected NVIDIA-A10, seen NVIDIA-A100-PCIE-40GB",
         ),
         (
-            {"sys/module/nvidia/version": "580.105.08\n"},
+            {"sys/module/nvidia/version": "580.105.08\n", "var/lib/fake-dpkg/nvidia-utils-580-server": "580.105.08-1"},
             "guest-bootstrap: verify: driver version: expected 580.95.05, seen 580.105.08",
         ),
         (
@@ -355,7 +355,8 @@ def test_verify_without_a_driver_reports_nvidia_smi_failing(guest: FakeGuest) ->
     r = guest.step("verify", *verify_args(spec()))
     assert r.returncode == 1
     assert r.stderr.strip() == (
-        "guest-bootstrap: verify: nvidia-smi -L: expected 1 GPU(s), seen an error: NVIDIA-SMI has failed"
+        "guest-bootstrap: verify: nvidia-smi -L: expected 1 GPU(s), seen an error: NVIDIA-SMI has failed because it "
+        "couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
     )
 
 

@@ -1,0 +1,388 @@
+"""The stubbed tools of the fake Ubuntu guest (``FakeGuest``): sh bodies for ``FakeRoot.stub_script``. Every state
+they keep is a file under ``$PGC_ROOT``; ``FakeGuest``'s docstring says what each models and how."""
+
+from __future__ import annotations
+
+import sys
+
+KERNEL = "6.8.0-49-generic"
+DEFAULT_CONTAINERD = """version = 2
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.8"
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+            SystemdCgroup = false"""
+
+# Shared sh helpers: the package database (version per package; a status file for those not configured yet),
+# DKMS's build, and containerd (re)starting with the configuration files as they are now.
+_COMMON = r"""R="$PGC_ROOT"; D="$R/var/lib/fake-dpkg"; S="$R/var/lib/fake-dpkg-status"
+dkms_autoinstall() {
+  v=""; for f in "$D"/nvidia-headless-*; do [ -f "$f" ] && [ ! -f "$S/${f##*/}" ] && v="$(cut -d- -f1 < "$f")"; done
+  [ -n "$v" ] || return 0
+  for h in "$D"/linux-headers-[0-9]*; do
+    [ -f "$h" ] && [ ! -f "$S/${h##*/}" ] || continue
+    k="${h##*/linux-headers-}"; mkdir -p "$R/lib/modules/$k/updates/dkms"
+    printf "%s\n" "$v" > "$R/lib/modules/$k/updates/dkms/nvidia.ko"
+  done
+}
+# configure_all <exit code on error>: run the postinst of every unpacked package (DKMS for the driver).
+configure_all() {
+  for st in "$S"/*; do
+    [ -f "$st" ] || continue; p="${st##*/}"
+    case "$p" in nvidia-headless-*) if [ -f "$R/fake-dkms-fail" ]; then
+      echo "Error! Bad return status for module build on kernel: $(cat "$R/fake-kernel") (x86_64)" >&2
+      echo "Consult /var/lib/dkms/nvidia/$(cut -d- -f1 < "$D/$p")/build/make.log for more information." >&2
+      echo "dpkg: error processing package $p (--configure):" >&2
+      echo " installed $p package post-installation script subprocess returned error exit status 10" >&2
+      echo iF > "$st"; [ "$1" = 100 ] && echo "E: Sub-process /usr/bin/dpkg returned an error code (1)" >&2
+      exit "$1"; fi ;;
+    esac
+    rm -f "$st"
+  done
+  dkms_autoinstall
+}
+containerd_started() {
+  rm -rf "$R/fake-running/containerd"; mkdir -p "$R/fake-running/containerd"
+  [ -f "$R/etc/containerd/config.toml" ] && cp "$R/etc/containerd/config.toml" "$R/fake-running/containerd/"
+  [ -d "$R/etc/containerd/conf.d" ] && cp -r "$R/etc/containerd/conf.d" "$R/fake-running/containerd/"
+  return 0
+}
+"""
+
+_APT_GET = r"""cmd=""; timeout=""; error_on=""; pkgs=""; skip=""; change_held=""
+for a in "$@"; do
+  if [ -n "$skip" ]; then case "$a" in DPkg::Lock::Timeout=*) timeout="${a#*=}" ;; esac; skip=""; continue; fi
+  case "$a" in
+    -o) skip=1 ;;
+    --error-on=any) error_on=1 ;;
+    --allow-change-held-packages) change_held=1 ;;
+    -*) ;;
+    update|install|purge) cmd="$a" ;;
+    *) pkgs="$pkgs $a" ;;
+  esac
+done
+if [ -f "$R/fake-apt-lock" ]; then
+  read -r pid name secs < "$R/fake-apt-lock"
+  if [ -z "$timeout" ] || [ "$timeout" -lt "$secs" ]; then
+    [ -n "$timeout" ] && echo "Waiting for cache lock: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process $pid ($name)... ${timeout}s" >&2
+    echo "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process $pid ($name)" >&2
+    echo "E: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), is another process using it?" >&2
+    exit 100
+  fi
+  rm -f "$R/fake-apt-lock"  # released within the wait
+fi
+if [ "$cmd" = update ]; then
+  if [ -f "$R/fake-offline" ]; then
+    lvl=W; [ -n "$error_on" ] && lvl=E
+    echo "Err:1 http://archive.ubuntu.com/ubuntu noble InRelease"
+    echo "  Temporary failure resolving 'archive.ubuntu.com'"
+    echo "$lvl: Failed to fetch http://archive.ubuntu.com/ubuntu/dists/noble/InRelease  Temporary failure resolving 'archive.ubuntu.com'" >&2
+    echo "$lvl: Some index files failed to download. They have been ignored, or old ones used instead." >&2
+    [ -n "$error_on" ] && exit 100
+  fi
+  echo "Reading package lists..."; exit 0
+fi
+if ls "$S"/* >/dev/null 2>&1; then
+  echo "E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem." >&2; exit 100
+fi
+todo=""
+for a in $pkgs; do
+  p="${a%%=*}"; v="${a#*=}"; f="$R/var/lib/fake-archive/$p"
+  if [ "$cmd" = purge ]; then todo="$todo $p"; continue; fi
+  [ -f "$f" ] || { echo "E: Unable to locate package $p" >&2; exit 100; }
+  [ "$v" = "$a" ] && v="$(head -n 1 "$f")"
+  grep -qxF "$v" "$f" || { echo "E: Version '$v' for '$p' was not found" >&2; exit 100; }
+  if [ -z "$change_held" ] && grep -qxF "$p" "$R/var/lib/fake-holds" 2>/dev/null && [ "$(cat "$D/$p" 2>/dev/null)" != "$v" ]; then
+    echo "E: Held packages were changed and -y was used without --allow-change-held-packages." >&2; exit 100
+  fi
+  todo="$todo $p=$v"
+  [ "$p" = kubeadm ] && todo="$todo cri-tools=1.34.0-1.1"  # kubeadm depends on cri-tools (crictl)
+done
+mkdir -p "$D" "$S"
+if [ "$cmd" = purge ]; then
+  for p in $todo; do
+    rm -f "$D/$p" "$S/$p"
+    case "$p" in nvidia-headless-*) rm -f "$R"/lib/modules/*/updates/dkms/nvidia.ko ;; esac  # dkms remove
+  done
+  exit 0
+fi
+for pv in $todo; do
+  p="${pv%%=*}"; [ "$(cat "$D/$p" 2>/dev/null)" = "${pv#*=}" ] && continue
+  printf "%s" "${pv#*=}" > "$D/$p"; echo iU > "$S/$p"
+done
+if [ -f "$R/fake-apt-kill-after-unpack" ]; then rm -f "$R/fake-apt-kill-after-unpack"; kill -KILL 0; fi
+configure_all 100
+case " $todo " in *" containerd="*) containerd_started ;; esac  # its postinst starts the service
+exit 0"""
+
+_DPKG = r"""case "$1" in
+--audit)
+  any=""
+  for st in "$S"/*; do
+    [ -f "$st" ] || continue
+    [ -z "$any" ] && echo "The following packages have been unpacked but not yet configured or are half configured:"
+    echo " ${st##*/}"; any=1
+  done
+  [ -z "$any" ] ;;
+--configure) configure_all 1 ;;
+*) echo "dpkg: fake: unsupported $*" >&2; exit 2 ;;
+esac"""
+
+# One package: "ii  <version>" (iU/iF when unpacked but not configured); a pattern: "<status>  <package>" each.
+_DPKG_QUERY = r"""p="$3"
+st_of() { cat "$S/$1" 2>/dev/null || echo ii; }
+case "$p" in *"*"*)
+  for f in "$D"/$p; do [ -f "$f" ] && printf "%s  %s\n" "$(st_of "${f##*/}")" "${f##*/}"; done; exit 0 ;;
+esac
+[ -f "$D/$p" ] || { echo "dpkg-query: no packages found matching $p" >&2; exit 1; }
+printf "%s  %s\n" "$(st_of "$p")" "$(cat "$D/$p")"
+"""
+
+_APT_MARK = r"""h="$R/var/lib/fake-holds"; touch "$h"
+while [ "$1" = -o ]; do shift 2; done
+c="$1"; shift
+case "$c" in
+showhold) cat "$h" ;;
+hold) for p in "$@"; do grep -qxF "$p" "$h" || echo "$p" >> "$h"; echo "$p set on hold."; done ;;
+unhold) for p in "$@"; do grep -vxF "$p" "$h" > "$h.new" || true; mv "$h.new" "$h"; done ;;
+esac"""
+
+_APT_CACHE = r"""f="$R/var/lib/fake-archive/$2"; [ -f "$f" ] || exit 0
+while read -r v; do printf " %s | %s | http://archive.ubuntu.com/ubuntu noble/restricted\n" "$2" "$v"; done < "$f"
+"""
+
+_CURL = r"""url=""; for a in "$@"; do url="$a"; done
+if [ -f "$R/fake-offline" ]; then echo "curl: (6) Could not resolve host: ${url#https://}" | sed 's|/.*||' >&2; exit 6; fi
+echo "-----BEGIN PGP PUBLIC KEY BLOCK-----"; echo; echo "mQINBFfakeKEYfor${url##*/}"
+if [ -f "$R/fake-curl-truncate" ]; then
+  rm -f "$R/fake-curl-truncate"; echo "curl: (18) transfer closed with outstanding read data remaining" >&2; exit 18
+fi
+echo "=CRC1"; echo "-----END PGP PUBLIC KEY BLOCK-----"
+"""
+
+# --dearmor writes as it decodes (a cut armor leaves a partial keyring); --show-keys lists a complete keyring.
+_GPG = r"""out=""; mode=""; file=""
+while [ $# -gt 0 ]; do
+  case "$1" in -o) out="$2"; shift ;; --dearmor) mode=dearmor ;; --show-keys) mode=show ;; -*) ;; *) file="$1" ;; esac
+  shift
+done
+if [ "$mode" = dearmor ]; then
+  { echo "fake-openpgp-keyring"; sed -e '/^-----/d' -e '/^$/d'; } > "$out"
+  grep -qx "=CRC1" "$out" || { echo "gpg: [stdin]: invalid armor: premature end of file" >&2; exit 2; }
+  exit 0
+fi
+if [ "$(head -n 1 "$file" 2>/dev/null)" = fake-openpgp-keyring ] && grep -qx "=CRC1" "$file"; then
+  echo "pub   rsa4096 2017-06-07 [SC]"; echo "      C95B321B61E88C1809C4F759DDCAE044F796ECB0"; exit 0
+fi
+echo "gpg: no valid OpenPGP data found." >&2; exit 2"""
+
+_BIND_VFIO = r"""bind_vfio() {
+  grep -q "_iommu=on" "$R/proc/cmdline" || return 0
+  ids="$(sed -n 's/^options vfio-pci ids=//p' "$R"/etc/modprobe.d/*.conf 2>/dev/null | tr , ' ')"
+  for dev in "$R"/sys/bus/pci/devices/*; do
+    [ -L "$dev/driver" ] && continue
+    id="$(sed 's/^0x//' "$dev/vendor"):$(sed 's/^0x//' "$dev/device")"
+    for want in $ids; do
+      [ "$id" = "$want" ] && ln -s ../../../bus/pci/drivers/vfio-pci "$dev/driver"
+    done
+  done
+  return 0
+}
+"""
+
+_MODPROBE = (
+    _BIND_VFIO
+    + r"""ko="$R/lib/modules/$(cat "$R/fake-kernel")/updates/dkms/nvidia.ko"
+if [ "$1" = -r ]; then
+  [ -f "$R/nouveau-busy" ] && [ "$2" = nouveau ] && { echo "modprobe: FATAL: Module nouveau is in use." >&2; exit 1; }
+  rm -rf "$R/sys/module/$2"; exit 0
+fi
+case "$1" in
+nvidia)
+  [ -f "$ko" ] || { echo "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(cat "$R/fake-kernel")" >&2; exit 1; }
+  [ -d "$R/sys/module/nouveau" ] && { echo "modprobe: ERROR: could not insert 'nvidia': No such device" >&2; exit 1; }
+  [ -d "$R/sys/module/nvidia" ] && exit 0
+  mkdir -p "$R/sys/module/nvidia"; cp "$ko" "$R/sys/module/nvidia/version" ;;
+vfio-pci) mkdir -p "$R/sys/module/vfio_pci"; bind_vfio ;;
+br_netfilter)
+  mkdir -p "$R/sys/module/br_netfilter" "$R/proc/sys/net/bridge"
+  [ -f "$R/proc/sys/net/bridge/bridge-nf-call-iptables" ] || echo 1 > "$R/proc/sys/net/bridge/bridge-nf-call-iptables"
+  [ -f "$R/proc/sys/net/bridge/bridge-nf-call-ip6tables" ] || echo 1 > "$R/proc/sys/net/bridge/bridge-nf-call-ip6tables" ;;
+*) mkdir -p "$R/sys/module/$1" ;;
+esac"""
+)
+
+_MODINFO = r"""ko="$R/lib/modules/$(cat "$R/fake-kernel")/updates/dkms/$3.ko"
+[ -f "$ko" ] || { echo "modinfo: ERROR: Module $3 not found." >&2; exit 1; }
+cat "$ko"
+"""
+
+# grub-mkconfig: source /etc/default/grub then grub.d/*.cfg, write grub.cfg.new and rename it.
+_UPDATE_GRUB = r"""k="$(cat "$R/fake-kernel")"; mkdir -p "$R/boot/grub"
+( GRUB_CMDLINE_LINUX=""; GRUB_CMDLINE_LINUX_DEFAULT=""
+  . "$R/etc/default/grub"
+  for f in "$R"/etc/default/grub.d/*.cfg; do [ -f "$f" ] && . "$f"; done
+  printf "### generated by update-grub from /etc/default/grub and /etc/default/grub.d/*.cfg\nmenuentry 'Ubuntu' {\n"
+  printf "\tlinux\t/vmlinuz-%s root=LABEL=cloudimg-rootfs ro %s %s\n}\n" "$k" "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT"
+) > "$R/boot/grub/grub.cfg.new"
+mv "$R/boot/grub/grub.cfg.new" "$R/boot/grub/grub.cfg"
+printf "Generating grub configuration file ...\nFound linux image: /boot/vmlinuz-%s\ndone\n" "$k" >&2"""
+
+# mkinitramfs copies the modprobe configuration and /etc/initramfs-tools/modules into the image.
+_UPDATE_INITRAMFS = r"""k="$(cat "$R/fake-kernel")"; out="$R/boot/initrd.img-$k"; mkdir -p "$R/boot"
+{ echo "# initramfs for $k: the modprobe configuration and the modules it packs"
+  for f in "$R"/etc/modprobe.d/*.conf "$R"/lib/modprobe.d/*.conf "$R"/usr/lib/modprobe.d/*.conf \
+    "$R/etc/initramfs-tools/modules"; do
+    [ -f "$f" ] && { echo "== ${f#"$R"}"; cat "$f"; }
+  done
+} > "$out.new"
+mv "$out.new" "$out"; echo "update-initramfs: Generating /boot/initrd.img-$k" >&2"""
+
+_SYSTEMD_RUN = r"""unit=""; for a in "$@"; do case "$a" in --unit=*) unit="${a#--unit=}" ;; esac; done
+if [ -f "$R/fake-reboot-scheduled" ]; then
+  echo "Failed to start transient timer unit: Unit $unit.timer was already loaded or has a fragment file." >&2; exit 1
+fi
+echo "$*" > "$R/fake-reboot-scheduled"; echo "Running timer as unit: $unit.timer" >&2"""
+
+_SYSTEMCTL = r"""q=""; [ "$2" = --quiet ] && { q=1; shift; }
+en="$R/fake-systemd-enabled"
+case "$1" in
+restart) [ "$2" = containerd ] && containerd_started ;;
+enable) grep -qxF "$2" "$en" 2>/dev/null || { echo "$2" >> "$en"; echo "Created symlink /etc/systemd/system/multi-user.target.wants/$2.service." >&2; } ;;
+is-enabled) grep -qxF "$2" "$en" 2>/dev/null && { [ -n "$q" ] || echo enabled; exit 0; }; [ -n "$q" ] || echo disabled; exit 1 ;;
+is-active) case "$2" in *.timer) [ -f "$R/fake-reboot-scheduled" ] && exit 0 ;; esac; [ -n "$q" ] || echo inactive; exit 3 ;;
+esac"""
+
+_SYSCTL = r"""[ "$1" = --system ] || exit 0
+for f in "$R"/etc/sysctl.d/*.conf; do
+  [ -f "$f" ] || continue
+  while IFS='= ' read -r key value; do
+    case "$key" in ""|"#"*) continue ;; esac
+    p="$R/proc/sys/$(echo "$key" | tr . /)"
+    if [ -d "$(dirname "$p")" ]; then echo "$value" > "$p"; else echo "sysctl: cannot stat /proc/sys/$(echo "$key" | tr . /): No such file or directory" >&2; fi
+  done < "$f"
+done"""
+
+_CRICTL = (
+    r"""[ -f "$D/cri-tools" ] || { echo "crictl: command not found" >&2; exit 127; }
+if [ ! -d "$R/fake-running/containerd" ]; then
+  echo 'FATA[0000] validate service connection: validate CRI v1 runtime API for endpoint "unix:///run/containerd/containerd.sock": rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial unix /run/containerd/containerd.sock: connect: no such file or directory"' >&2
+  exit 1
+fi
+"""
+    + sys.executable
+    + r""" - "$R/fake-running/containerd" <<'EOF'
+import glob, json, os, sys, tomllib
+d = sys.argv[1]
+DEFAULT = '''"""
+    + DEFAULT_CONTAINERD
+    + r"""'''
+def merge(a, b):
+    for k, v in b.items():
+        if isinstance(v, dict) and isinstance(a.get(k), dict):
+            merge(a[k], v)
+        else:
+            a[k] = v
+main = os.path.join(d, "config.toml")
+cfg = tomllib.load(open(main, "rb")) if os.path.exists(main) else tomllib.loads(DEFAULT)
+for pattern in cfg.get("imports", []):
+    for path in sorted(glob.glob(os.path.join(d, "conf.d", os.path.basename(pattern)))):
+        merge(cfg, tomllib.load(open(path, "rb")))
+cri = cfg.get("plugins", {}).get("io.containerd.grpc.v1.cri", {}).get("containerd", {})
+runtimes = {n: {"runtimeType": r.get("runtime_type", ""), "options": r.get("options", {})}
+            for n, r in cri.get("runtimes", {}).items()}
+config = {"containerd": {"defaultRuntimeName": cri.get("default_runtime_name", "runc"), "runtimes": runtimes}}
+print(json.dumps({"status": {"conditions": []}, "config": config}, indent=2))
+EOF"""
+)
+
+_KUBEADM = r"""K="$R/etc/kubernetes"
+if [ "$1" = reset ]; then
+  rm -rf "$K/kubelet.conf" "$K/bootstrap-kubelet.conf" "$K/pki" "$K/manifests"
+  echo "[reset] Deleted contents of the etc/kubernetes directory: /etc/kubernetes"; exit 0
+fi
+cfg="$3"; stat -c %a "$cfg" > "$R/join-config-mode"; cp "$cfg" "$R/join-config"
+printf "%s\n" "$cfg" > "$R/join-config-path"
+echo "[preflight] Running pre-flight checks"
+errs=""
+for f in /etc/kubernetes/kubelet.conf /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt; do
+  [ -e "$R$f" ] && errs="$errs	[ERROR FileAvailable-$(echo "$f" | tr / -)]: $f already exists
+"
+done
+if [ -n "$errs" ]; then
+  printf "error execution phase preflight: [preflight] Some fatal errors occurred:\n%s" "$errs" >&2
+  echo "[preflight] If you know what you are doing, you can make a check non-fatal with \`--ignore-preflight-errors=...\`" >&2
+  echo "To see the stack trace of this error execute with --v=5 or higher" >&2; exit 1
+fi
+mkdir -p "$K/pki"; echo "fake cluster CA" > "$K/pki/ca.crt"; echo "kind: Config" > "$K/bootstrap-kubelet.conf"
+echo "[kubelet-start] Waiting for the kubelet to perform the TLS Bootstrap"
+if [ -f "$R/fake-kubeadm-tls-timeout" ]; then
+  echo "error execution phase kubelet-start: timed out waiting for the condition" >&2
+  echo "To see the stack trace of this error execute with --v=5 or higher" >&2; exit 1
+fi
+echo "kind: Config" > "$K/kubelet.conf"; rm -f "$K/bootstrap-kubelet.conf"
+echo "This node has joined the cluster"
+"""
+
+_NVIDIA_SMI = r"""if [ ! -f "$R/sys/module/nvidia/version" ]; then
+  echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
+  exit 9
+fi
+lib=""; for f in "$D"/nvidia-utils-*; do [ -f "$f" ] && lib="$(cut -d- -f1 < "$f")"; done
+if [ -n "$lib" ] && [ "$lib" != "$(cat "$R/sys/module/nvidia/version")" ]; then
+  echo "Failed to initialize NVML: Driver/library version mismatch"; echo "NVML library version: $lib"; exit 18
+fi
+if [ "$1" = -L ]; then cat "$R/fake-gpus"; else cat "$R/sys/module/nvidia/version"; fi"""
+
+_CONTAINERD = (
+    r"""if [ "$2" = default ]; then cat <<'EOF'
+"""
+    + DEFAULT_CONTAINERD
+    + r"""
+EOF
+else cat "$R/etc/containerd/config.toml" "$R"/etc/containerd/conf.d/*.toml 2>/dev/null; fi"""
+)
+
+_NVIDIA_CTK = r"""if [ "$1" = cdi ]; then out="${3#--output=}"; echo "cdiVersion: 0.5.0" > "$out"; exit 0; fi
+c="$R/etc/containerd/config.toml"
+grep -q '^imports' "$c" || { printf 'imports = ["/etc/containerd/conf.d/*.toml"]\n' | cat - "$c" > "$c.n"; mv "$c.n" "$c"; }
+mkdir -p "$R/etc/containerd/conf.d"
+{ echo '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
+  echo '  runtime_type = "io.containerd.runc.v2"'
+  [ "$4" = --set-as-default ] && echo '[plugins."io.containerd.grpc.v1.cri".containerd]' && \
+    echo '  default_runtime_name = "nvidia"'
+} > "$R/etc/containerd/conf.d/99-nvidia.toml"
+"""
+
+STUBS = {
+    "apt-get": _APT_GET,
+    "dpkg": _DPKG,
+    "dpkg-query": _DPKG_QUERY,
+    "apt-mark": _APT_MARK,
+    "apt-cache": _APT_CACHE,
+    "curl": _CURL,
+    "gpg": _GPG,
+    "uname": 'cat "$R/fake-kernel"',
+    "modprobe": _MODPROBE,
+    "modinfo": _MODINFO,
+    "update-grub": _UPDATE_GRUB,
+    "update-initramfs": _UPDATE_INITRAMFS,
+    "systemd-run": _SYSTEMD_RUN,
+    "systemctl": _SYSTEMCTL,
+    "sysctl": _SYSCTL,
+    "swapoff": 'head -n 1 "$R/proc/swaps" > "$R/proc/swaps.n"; mv "$R/proc/swaps.n" "$R/proc/swaps"',
+    "crictl": _CRICTL,
+    "containerd": _CONTAINERD,
+    "nvidia-ctk": _NVIDIA_CTK,
+    "nvidia-smi": _NVIDIA_SMI,
+    "lspci": 'cat "$R/fake-lspci"',
+    "kubeadm": _KUBEADM,
+    "cloud-init": 'echo "status: done"',
+}
+"""Every stub's body, each preceded by the shared helpers."""
+STUBS = {name: _COMMON + body for name, body in STUBS.items()}
