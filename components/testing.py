@@ -16,9 +16,11 @@ parent, provider, dependencies, resource options and the raw inputs (secrets arr
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -128,7 +130,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             provider=_urn_of(request.provider),
             dependencies=list(request.dependencies),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
-            inputs=rpc.deserialize_properties(request.object, keep_unknowns=True),
+            inputs=_assets(rpc.deserialize_properties(request.object, keep_unknowns=True)),
             protect=bool(request.protect),
             ignore_changes=list(request.ignoreChanges),
             replace_on_changes=list(request.replaceOnChanges),
@@ -169,6 +171,30 @@ class _ListHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.sink.append((record.levelname.lower(), record.getMessage()))
+
+
+def _assets(value: Any) -> Any:
+    """``value`` with each file asset or archive as ``{"asset"|"archive": {"hash": ...}}``: the engine compares them
+    by hash alone (pulumi sdk/go/common/resource/properties_diff.go), so the local path, which differs from one
+    checkout to the next, is left out and the hash (sha256 over relative names and contents) is what a plan shows."""
+    if isinstance(value, dict):
+        return {k: _assets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_assets(v) for v in value]
+    if isinstance(value, (pulumi.FileArchive, pulumi.FileAsset)):
+        kind = "archive" if isinstance(value, pulumi.FileArchive) else "asset"
+        return {kind: {"hash": _content_hash(Path(value.path))}}
+    return value
+
+
+def _content_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        name = file.relative_to(path).as_posix() if path.is_dir() else file.name
+        digest.update(f"{name}\0{file.stat().st_size}\0".encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
 
 
 def _alias(alias: Any) -> dict[str, Any]:

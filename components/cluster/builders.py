@@ -120,8 +120,9 @@ def build_capacity_gates(
             host=bootstrap.host,
             user=worker.ssh_user,
             device_plugin_config=stack.device_plugin.node_config.get(worker.name) if not worker.dra else None,
-            ready=[patch] if patch is not None else [],
+            ready=[*([patch] if patch is not None else []), bootstrap.agent],
             replace_with=[bootstrap.final_step],
+            agent_installed=True,
         )
     if not targets:
         return {}

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_command as command
 
-from proxmox_gpu_cluster.render.guest_scripts import capacity_args, capacity_script
-from proxmox_gpu_cluster.render.host_scripts import remote_command
+from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.render.agent_bundle import step_command
+from proxmox_gpu_cluster.render.guest_scripts import capacity_args
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
 
@@ -18,6 +19,8 @@ class NodeCapacityGate(pulumi.ComponentResource):
     expected resource count, read with kubelet's own credential. On timeout the update fails naming the node, the
     expected and seen counts and the likely cause (MIG pending or failed, device-plugin config label missing,
     operator not ready). A new expectation (sharing, MIG geometry) is a new command line, so the gate runs again.
+    Runs the node agent's ``capacity`` bundle: installed by the gate itself (``<name>-agent``) unless
+    ``agent_installed`` says the node's ``GuestBootstrap`` did (then name it in ``depends_on``).
     """
 
     verified: pulumi.Output[str]
@@ -38,6 +41,7 @@ class NodeCapacityGate(pulumi.ComponentResource):
         device_plugin_config: str | None = None,
         replace_with: Sequence[pulumi.Resource] = (),
         depends_on: Sequence[pulumi.Resource] = (),
+        agent_installed: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``resources``: extended resource -> count the node must advertise (the capacity table's row).
@@ -46,17 +50,25 @@ class NodeCapacityGate(pulumi.ComponentResource):
         super().__init__("proxmox-gpu-cluster:capacity_gate:NodeCapacityGate", name, None, opts)
         args = capacity_args(node_name, resources, timeout=timeout_seconds, device_plugin_config=device_plugin_config)
         limit = f"{timeout_seconds + 300}s"
+        connection = ssh_connection(host, user, ssh_private_key, port)
+        after = list(depends_on)
+        if not agent_installed:
+            after.append(
+                install_agent(
+                    f"{name}-agent", "guest", connection=connection, provider=provider, parent=self,
+                    replace_with=replace_with,
+                )
+            )  # fmt: skip
         check = command.remote.Command(
             f"{name}-check",
             command.remote.CommandArgs(
-                connection=ssh_connection(host, user, ssh_private_key, port),
-                create=remote_command(user, args),
-                stdin=capacity_script(),
+                connection=connection,
+                create=step_command(user, "capacity", args),
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=provider,
-                depends_on=list(depends_on),
+                depends_on=after,
                 replace_with=list(replace_with),
                 # The wait is bounded by the script; the command must not give up first.
                 custom_timeouts=pulumi.CustomTimeouts(create=limit, update=limit),
@@ -78,6 +90,8 @@ class GateTarget:
     ready: Sequence[pulumi.Resource] = ()
     """This node's own prerequisites (its labels), waited for by its gate alone."""
     replace_with: Sequence[pulumi.Resource] = ()
+    agent_installed: bool = False
+    """Whether the node agent is already on the node (its ``GuestBootstrap.agent``, in ``ready``)."""
 
 
 class NodeCapacityGates(pulumi.ComponentResource):
@@ -129,6 +143,7 @@ class NodeCapacityGates(pulumi.ComponentResource):
                 device_plugin_config=target.device_plugin_config,
                 replace_with=target.replace_with,
                 depends_on=target.ready,
+                agent_installed=target.agent_installed,
                 opts=pulumi.ResourceOptions(parent=self, aliases=list(child_aliases)),
             )
             for node, target in targets.items()

@@ -10,6 +10,8 @@ import pulumi_command as command
 from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
+from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
 from proxmox_gpu_cluster.render.guest_scripts import (
     CA_CERT_HASH_VAR,
     JOIN_TOKEN_VAR,
@@ -17,11 +19,9 @@ from proxmox_gpu_cluster.render.guest_scripts import (
     driver_args,
     join_args,
     runtime_args,
-    secret_stdin,
-    step_script,
     verify_args,
 )
-from proxmox_gpu_cluster.render.host_scripts import REBOOT_SCHEDULED, remote_command
+from proxmox_gpu_cluster.render.host_scripts import REBOOT_SCHEDULED
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 from proxmox_gpu_cluster.ssh import reboot_wait_args
 
@@ -35,7 +35,9 @@ def driver_version_of(verification: str | None) -> str:
 
 
 class GuestBootstrap(pulumi.ComponentResource):
-    """One chain of steps over SSH, each waiting for the previous one:
+    """One chain of steps over SSH, each waiting for the previous one, after ``agent``: the node agent copied to the
+    guest once (``~/.proxmox-gpu-cluster/agent``, see ``render/agent_bundle.py``); each step runs its bundle by
+    fingerprint, with only its secrets on stdin, and re-runs exactly when its arguments or its bundle change.
 
     1. ``cloud-init``: Ubuntu 22.04/24.04, and ``cloud-init status --wait``.
     2. ``driver``: nouveau blacklisted; in host mode the NVIDIA driver from Ubuntu's archive, pinned and held.
@@ -62,6 +64,8 @@ class GuestBootstrap(pulumi.ComponentResource):
     """The NVIDIA driver build the host runs, as the verify step read it ("" without a host driver)."""
     verification: pulumi.Output[str]
     """The verification step's report (``verify: ok: ...``)."""
+    agent: command.remote.CopyToRemote
+    """The node agent's copy on the guest; whatever else runs a step there (MIG rollout, capacity gate) waits for it."""
     final_step: command.remote.Command
     """The last step (verify). It is replaced whenever the chain starts over on a fresh machine, so whatever must be
     applied again to a new machine (its node labels) can name it in ``replace_with``."""
@@ -97,19 +101,28 @@ class GuestBootstrap(pulumi.ComponentResource):
             raise InvalidComponentArgs(name, [problem])
         connection = ssh_connection(host, user, ssh_private_key, port)
 
-        def rolling(step_name: str) -> pulumi.Input[str]:
-            # The step's script with the admin kubeconfig assigned first: secret, so it is encrypted in state and
-            # never shown; the step's output stays readable (the script never prints the credential).
+        def rolling() -> pulumi.Input[str] | None:
+            # The admin kubeconfig on stdin, secret, so it is encrypted in state and never shown; the step's output
+            # stays readable (the scripts never print the credential). Without a rollout the step reads nothing.
             if bootstrap.rollout is None or kubeconfig is None:
-                return step_script(step_name)
-            text = pulumi.Output.from_input(kubeconfig).apply(lambda kc: secret_stdin(step_name, {KUBECONFIG_VAR: kc}))
+                return None
+            text = pulumi.Output.from_input(kubeconfig).apply(lambda kc: secrets_stdin({KUBECONFIG_VAR: kc}))
             return pulumi.Output.secret(text)
+
+        self.agent = install_agent(
+            f"{name}-agent",
+            "guest",
+            connection=connection,
+            provider=provider,
+            parent=self,
+            replace_with=replace_with,
+        )
 
         def step(
             role: str,
             args: list[str],
-            after: pulumi.Resource | None,
-            stdin: pulumi.Input[str],
+            after: pulumi.Resource,
+            stdin: pulumi.Input[str] | None,
             *,
             delete: str | None = None,
             secret: bool = False,
@@ -118,7 +131,7 @@ class GuestBootstrap(pulumi.ComponentResource):
                 f"{name}-{role}",
                 command.remote.CommandArgs(
                     connection=connection,
-                    create=remote_command(user, args),
+                    create=step_command(user, role, args),
                     delete=delete,
                     stdin=stdin,
                     # kubeadm prints no secret, but nothing of a secret-fed step is logged or stored in clear.
@@ -127,19 +140,19 @@ class GuestBootstrap(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     provider=provider,
-                    depends_on=[after] if after is not None else [],
+                    depends_on=[after],
                     replace_with=list(replace_with),
                     additional_secret_outputs=["stdin", "stdout", "stderr"] if secret else None,
                 ),
             )
 
-        cloud_init = step("cloud-init", [], None, step_script("cloud-init"))
-        purge = remote_command(user, [*driver_args(bootstrap), "--purge"])
+        cloud_init = step("cloud-init", [], self.agent, None)
+        purge = step_command(user, "driver", [*driver_args(bootstrap), "--purge"])
         driver = step(
             "driver",
             driver_args(bootstrap),
             cloud_init,
-            rolling("driver"),
+            rolling(),
             delete=purge if bootstrap.purge_driver_on_destroy else None,
         )
         wait = command.local.Command(
@@ -150,13 +163,13 @@ class GuestBootstrap(pulumi.ComponentResource):
                 parent=self, provider=provider, depends_on=[driver], replace_with=list(replace_with)
             ),
         )
-        last: pulumi.Resource = step("runtime", runtime_args(bootstrap), wait, step_script("runtime"))
+        last: pulumi.Resource = step("runtime", runtime_args(bootstrap), wait, None)
         if kubeadm:
             stdin = pulumi.Output.all(join_token, ca_cert_hash).apply(
-                lambda values: secret_stdin("join", {JOIN_TOKEN_VAR: values[0], CA_CERT_HASH_VAR: values[1]})
+                lambda values: secrets_stdin({JOIN_TOKEN_VAR: values[0], CA_CERT_HASH_VAR: values[1]})
             )
             last = step("join", join_args(bootstrap), last, pulumi.Output.secret(stdin), secret=True)
-        verify = step("verify", verify_args(bootstrap), last, rolling("verify"))
+        verify = step("verify", verify_args(bootstrap), last, rolling())
         self.node_name = pulumi.Output.from_input(bootstrap.node_name)
         self.host = pulumi.Output.from_input(host)
         self.rebooted = driver.stdout.apply(lambda out: REBOOT_SCHEDULED in (out or ""))

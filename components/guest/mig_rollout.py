@@ -10,8 +10,8 @@ import pulumi_command as command
 from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, assignments, mig_args, mig_script
-from proxmox_gpu_cluster.render.host_scripts import remote_command
+from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
+from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, mig_args
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
 
@@ -24,6 +24,7 @@ class MigRollout(pulumi.ComponentResource):
     and ``nvidia.com/mig.config.state=success``, then uncordon and free the slot; ``failed`` fails the update naming
     the node, the geometry and mig-manager's logs, and the node stays cordoned. Both carry the geometry in their
     command, so they run again exactly when it changes; the admin kubeconfig travels only in their secret stdin.
+    They run the node agent's ``mig`` bundle, which the node's ``GuestBootstrap`` installs: pass it in ``after``.
     """
 
     begin: command.remote.Command
@@ -55,7 +56,7 @@ class MigRollout(pulumi.ComponentResource):
         if bootstrap.rollout is None:
             raise InvalidComponentArgs(name, [Problem("bootstrap.rollout", "a MIG rollout needs rollout settings")])
         text: pulumi.Output[str] = pulumi.Output.from_input(kubeconfig).apply(
-            lambda kc: assignments({KUBECONFIG_VAR: kc}) + mig_script()
+            lambda kc: secrets_stdin({KUBECONFIG_VAR: kc})
         )
         stdin: pulumi.Output[str] = pulumi.Output.secret(text)
         connection = ssh_connection(host, user, ssh_private_key, port)
@@ -64,7 +65,7 @@ class MigRollout(pulumi.ComponentResource):
             args = mig_args(bootstrap, phase, mig_config, timeout_seconds, operator_namespace)
             return command.remote.Command(
                 f"{name}-{phase}",
-                command.remote.CommandArgs(connection=connection, create=remote_command(user, args), stdin=stdin),
+                command.remote.CommandArgs(connection=connection, create=step_command(user, "mig", args), stdin=stdin),
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     provider=provider,

@@ -6,13 +6,13 @@ import pulumi
 import pulumi_command as command
 
 from proxmox_gpu_cluster.core.spec import ProxmoxNode
+from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.render.host_scripts import (
     REBOOT_REQUIRED,
     REBOOT_SCHEDULED,
     parse_groups,
     prep_args,
-    remote_command,
-    script,
     verify_args,
 )
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
@@ -20,7 +20,8 @@ from proxmox_gpu_cluster.ssh import reboot_wait_args
 
 
 class ProxmoxHostGpuPrep(pulumi.ComponentResource):
-    """Three steps over SSH, each waiting for the previous one:
+    """Three steps over SSH, each waiting for the previous one, after ``<name>-agent`` (the node agent's host
+    bundles copied to the node once; each step runs its bundle by fingerprint, see ``render/agent_bundle.py``):
 
     1. ``prep``: host_prep.sh writes kernel arguments, vfio modules, blacklist and vfio-pci ids for the GPUs the
        node declares, rebuilds the initramfs, binds newly declared GPUs to vfio-pci at runtime, and reboots only
@@ -56,14 +57,11 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
         super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
         user = ssh_user
         connection = ssh_connection(node.ssh_address, user, ssh_private_key)
+        agent = install_agent(f"{name}-agent", "host", connection=connection, provider=provider, parent=self)
         prep = command.remote.Command(
             f"{name}-prep",
-            command.remote.CommandArgs(
-                connection=connection,
-                create=remote_command(user, prep_args(node)),
-                stdin=script("host_prep.sh"),
-            ),
-            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+            command.remote.CommandArgs(connection=connection, create=step_command(user, "host-prep", prep_args(node))),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[agent]),
         )
         wait = command.local.Command(
             f"{name}-wait",
@@ -75,8 +73,7 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
             f"{name}-verify",
             command.remote.CommandArgs(
                 connection=connection,
-                create=remote_command(user, verify_args(node)),
-                stdin=script("host_verify.sh"),
+                create=step_command(user, "host-verify", verify_args(node)),
                 triggers=[prep.stdout],
             ),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[wait]),

@@ -8,6 +8,7 @@ import pulumi_command as command
 from proxmox_gpu_cluster.core.capacity import capacity_table
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.guest.capacity_gate import NodeCapacityGate
+from proxmox_gpu_cluster.render.agent_bundle import bundle_name
 from proxmox_gpu_cluster.testing import run
 from tests.support import base_spec, make_vm_worker, plan_stack
 
@@ -100,6 +101,12 @@ def test_gate_component_alone() -> None:
             host="10.0.0.5", user="ubuntu", ssh_private_key="k", timeout_seconds=120,
         )  # fmt: skip
 
-    check = run(program).named("gate-check").plain_inputs
-    assert check["create"] == "sudo -n bash -s -- --node bm-1 --timeout 120 --expect nvidia.com/gpu=2"
-    assert check["stdin"].endswith('main "$@" </dev/null\n')
+    rec = run(program)
+    check = rec.named("gate-check")
+    bundle = f".proxmox-gpu-cluster/agent/{bundle_name('capacity')}/step.sh"
+    assert check.plain_inputs["create"] == f"sudo -n bash {bundle} --node bm-1 --timeout 120 --expect nvidia.com/gpu=2"
+    assert "stdin" not in check.inputs  # no script and no secret: kubelet's own credential is on the node
+    # Alone on a bare-metal node, the gate installs the node agent itself and runs after it.
+    agent = rec.named("gate-agent")
+    assert agent.type == "command:remote:CopyToRemote" and agent.urn in check.dependencies
+    assert agent.plain_inputs["remotePath"] == ".proxmox-gpu-cluster"

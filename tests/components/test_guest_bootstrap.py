@@ -3,9 +3,9 @@ semantics (what a driver bump or a no-op re-plan changes), and the stack wiring.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
-import shlex
 import subprocess
 import sys
 from typing import Any
@@ -19,6 +19,7 @@ from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, RolloutSpec,
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
+from proxmox_gpu_cluster.render.agent_bundle import bundle_name, secrets_stdin
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, rollout_args, verify_args
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, redact, run
 from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
@@ -26,8 +27,15 @@ from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_string
 BOOTSTRAP = "proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap"
 REMOTE = "command:remote:Command"
 LOCAL = "command:local:Command"
+COPY = "command:remote:CopyToRemote"
 VM = "proxmoxve:index/vmLegacy:VmLegacy"
-ORDER = ("cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
+ORDER = ("agent", "cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
+
+
+def run_bundle(step: str, user: str = "ubuntu") -> str:
+    """The start of ``step``'s command: its installed bundle, through sudo unless root."""
+    sudo = "" if user == "root" else "sudo -n "
+    return f"{sudo}bash .proxmox-gpu-cluster/agent/{bundle_name(step)}/step.sh"
 
 
 def steps(rec: Recording, worker: str) -> dict[str, RecordedResource]:
@@ -44,8 +52,8 @@ def test_each_worker_gets_the_steps_in_order() -> None:
         for earlier, later in itertools.pairwise(ORDER):
             assert chain[earlier].urn in chain[later].dependencies, (worker, earlier, later)
             assert not rec.depends_on(chain[earlier], chain[later])
-        assert {r.type for r in chain.values()} == {REMOTE, LOCAL}
-        assert chain["driver-wait"].type == LOCAL
+        assert {r.type for r in chain.values()} == {REMOTE, LOCAL, COPY}
+        assert chain["driver-wait"].type == LOCAL and chain["agent"].type == COPY
 
 
 def test_steps_wait_for_their_own_vm_and_never_for_another_worker() -> None:
@@ -100,9 +108,10 @@ def test_join_secrets_only_travel_secret_on_stdin() -> None:
     join = steps(rec, "ts-1")["join"]
     assert is_secret(join.inputs["stdin"])
     stdin = join.plain_inputs["stdin"]
-    assert stdin.startswith(f"PGC_JOIN_TOKEN={SECRETS['kubeadmJoinToken']}\nPGC_CA_CERT_HASH=")
+    expected = {"PGC_JOIN_TOKEN": SECRETS["kubeadmJoinToken"], "PGC_CA_CERT_HASH": SECRETS["kubeadmCaCertHash"]}
+    assert stdin == secrets_stdin(expected)  # the secrets and nothing else: no script rides in state
     assert join.plain_inputs["create"] == (
-        "sudo -n bash -s -- --node-name ts-1 --api-endpoint k8s.example.test:6443 --minor 34"
+        f"{run_bundle('join')} --node-name ts-1 --api-endpoint k8s.example.test:6443 --minor 34"
     )
     assert join.plain_inputs["logging"] == "none"
     assert set(join.additional_secret_outputs) >= {"stdin", "stdout", "stderr"}
@@ -111,12 +120,14 @@ def test_join_secrets_only_travel_secret_on_stdin() -> None:
 def test_no_canary_secret_outside_a_secret_anywhere_in_the_plan() -> None:
     rec = plan_stack(base_spec())
     canaries = [v for v in SECRETS.values()] + ["CANARY"]
+    canaries += [base64.b64encode(c.encode()).decode()[:-4] for c in canaries]  # as stdin carries them
 
     bootstrap = [r for r in rec.resources if "-bootstrap" in r.name]
     assert bootstrap
     leaks = [(r.name, s) for r in bootstrap for s in plain_strings(r.inputs) if any(c in s for c in canaries)]
     assert leaks == []
-    assert SECRETS["kubeadmJoinToken"] in json.dumps([r.plain_inputs for r in bootstrap])  # it did get there
+    token = base64.b64encode(SECRETS["kubeadmJoinToken"].encode()).decode()
+    assert token in json.dumps([r.plain_inputs for r in bootstrap])  # it did get there
 
 
 def test_plan_json_has_no_canary(tmp_path: Any) -> None:
@@ -186,14 +197,14 @@ def test_operator_driver_mode_leaves_driver_and_toolkit_to_the_operator() -> Non
     raw["gpuOperator"]["driverMode"] = "operator"
     chain = steps(plan_stack(raw), "ts-1")
     assert "--mode operator" in chain["driver"].plain_inputs["create"]
-    assert chain["runtime"].plain_inputs["create"] == "sudo -n bash -s -- --toolkit 0"
+    assert chain["runtime"].plain_inputs["create"] == f"{run_bundle('runtime')} --toolkit 0"
     assert "--nvidia-smi 0" in chain["verify"].plain_inputs["create"]
 
 
 def test_verify_expects_every_assigned_gpu() -> None:
     chain = steps(plan_stack(base_spec()), "ts-1")
     assert chain["verify"].plain_inputs["create"] == (
-        "sudo -n bash -s -- --gpu 10de:2236=NVIDIA-A10 --gpu 10de:2236=NVIDIA-A10 --nvidia-smi 1 --driver 580 "
+        f"{run_bundle('verify')} --gpu 10de:2236=NVIDIA-A10 --gpu 10de:2236=NVIDIA-A10 --nvidia-smi 1 --driver 580 "
         "--containerd-nvidia 1 --rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443 "
         "--rollout-max-unavailable 1 --rollout-lease-seconds 3600 --rollout-wait-seconds 21600 "
         "--rollout-drain-timeout 600 --rollout-delete-emptydir-data 1 --rollout-force 0"
@@ -265,7 +276,7 @@ def test_standalone_use_on_any_host_keeps_plain_secrets_secret() -> None:
     join = rec.named("bm1-join")
     assert is_secret(join.inputs["stdin"])
     assert "abcdef.0123456789abcdef" not in json.dumps(redact(join.inputs))
-    assert join.plain_inputs["create"].startswith("bash -s -- --node-name bare-metal-1")  # root: no sudo
+    assert join.plain_inputs["create"].startswith(f"{run_bundle('join', 'root')} --node-name bare-metal-1")
     assert rec.named("bm1-driver-wait").plain_inputs["environment"]["PGC_HOST"] == "10.0.0.21"
 
 
@@ -308,11 +319,11 @@ def test_the_rolling_steps_get_the_admin_kubeconfig_only_inside_a_secret_stdin()
     for role in ("driver", "verify"):
         step = chain[role]
         assert is_secret(step.inputs["stdin"])
-        assert step.plain_inputs["stdin"].startswith(f"PGC_KUBECONFIG={shlex.quote(SECRETS['kubeconfig'])}\n")
+        assert step.plain_inputs["stdin"] == secrets_stdin({"PGC_KUBECONFIG": SECRETS["kubeconfig"]})
         assert "--rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443" in step.plain_inputs["create"]
         assert "CANARY-KUBECONFIG" not in json.dumps(redact(step.inputs))
         assert "stdout" not in step.additional_secret_outputs  # the verify report and driver build stay readable
-    assert not is_secret(chain["runtime"].inputs["stdin"])  # the others never see it
+    assert "stdin" not in chain["runtime"].inputs  # the others never see it (and carry no script either)
     versions = rec.outputs["driverVersions"]  # not secret: the kubeconfig rode in stdin, not in what verify printed
     assert not is_secret(versions) and redact(versions) == dict.fromkeys(("mig-1", "mig-2", "ts-1"), "[unknown]")
 

@@ -27,10 +27,14 @@ def depth(workers: int) -> tuple[int, list[str]]:
 def test_first_up_depth_is_the_same_for_4_and_50_workers() -> None:
     four, chain = depth(4)
     fifty, _ = depth(50)
-    assert four == fifty == 16
-    # host prep, the worker's own mapping and VM, its large-BAR step, the bootstrap, its MIG drain step (a no-op on
+    assert four == fifty == 18
+    # the node agent's copy to the host, host prep, the worker's own mapping and VM, its large-BAR step, the agent's copy to the guest, the bootstrap, its MIG drain step (a no-op on
     # a first up), its labels, the operator, a capacity gate
-    assert chain[0].endswith("-host-prep-prep") and chain[-1].endswith("-capacity-check")
+    assert (
+        chain[0].endswith("-host-prep-agent")
+        and chain[1].endswith("-host-prep-prep")
+        and chain[-1].endswith("-capacity-check")
+    )
     assert "cluster-gpu-operator-release" in chain
 
 
@@ -40,7 +44,7 @@ def test_the_plan_text_prints_it(tmp_path: Path) -> None:
     document = {"config": {"proxmox-gpu-cluster:cluster": make_spec(2)}}
     recording, capacity = plan("t", document, ROOT / "__main__.py")
     text = render_text("t", recording, capacity)
-    assert "Critical path of a first pulumi up (16 steps, one after the other):" in text
+    assert "Critical path of a first pulumi up (18 steps, one after the other):" in text
 
 
 def only_a10_workers(count: int) -> dict[str, Any]:
@@ -58,7 +62,7 @@ def test_first_up_depth_is_the_same_for_1_and_50_workers_of_one_shape() -> None:
         )
         assert len([r for r in recording.resources if r.type.endswith("VmLegacy")]) == count
         depths.append(len(critical_path(recording)))
-    assert depths == [14, 14]
+    assert depths == [16, 16]  # with the node agent's copies to the host and to the guest
 
 
 def test_the_plan_names_every_reboot_point() -> None:

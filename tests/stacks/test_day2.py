@@ -43,7 +43,7 @@ def changed_inputs(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 def test_adding_or_removing_a_worker_changes_no_host_input() -> None:
     base = host_side(plan_stack(prod_spec()))
-    assert len(base) == 12  # 2 nodes x 3 host prep steps, 6 declared GPUs (one spare)
+    assert len(base) == 14  # 2 nodes x (the agent's copy + 3 host prep steps), 6 declared GPUs (one spare)
     fewer = prod_spec()
     fewer["workers"] = [w for w in fewer["workers"] if w["name"] != "gpu-a10-b"]
     more = prod_spec()
@@ -84,7 +84,8 @@ def test_a_replaced_vm_is_deleted_first_and_drained_before_it_goes() -> None:
     assert vm.delete_before_replace and vm.protect
     cascade = {r.name for r in replaced_with(rec, vm)}
     steps = {
-        f"cluster-gpu-a10-b-bootstrap-{s}" for s in ("cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
+        f"cluster-gpu-a10-b-bootstrap-{s}"
+        for s in ("agent", "cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
     }
     assert cascade == steps | {"cluster-gpu-a10-b-retirement-drain"}
     # The engine deletes this cascade in no fixed order, so only the retirement may do anything when deleted.

@@ -10,6 +10,7 @@ import pytest
 from proxmox_gpu_cluster.core.names import StackScope, short_hash
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.proxmox.worker_vm import _reported_address
+from proxmox_gpu_cluster.render.agent_bundle import bundle_name
 from proxmox_gpu_cluster.testing import Recording, redact
 from proxmox_gpu_cluster.testing_pci import spec_shaped_pci
 from tests.support import base_spec, make_vm_worker, plan_stack, shared_group
@@ -108,12 +109,15 @@ def test_workers_output() -> None:
     assert outputs["iommuChecks"] == {"pve1": "plan", "pve2": "plan"}
 
 
-def test_host_prep_commands_quote_arguments_and_carry_scripts_on_stdin() -> None:
+def test_host_prep_commands_quote_arguments_and_run_the_installed_agent() -> None:
     rec = plan_stack(prepped())
     prep = rec.named("cluster-pve2-host-prep-prep").plain_inputs
-    assert prep["create"] == ("bash -s -- --cpu-vendor intel --boot-loader auto --acs-override 0 "
+    bundle = f".proxmox-gpu-cluster/agent/{bundle_name('host-prep')}/step.sh"
+    assert prep["create"] == (f"bash {bundle} --cpu-vendor intel --boot-loader auto --acs-override 0 "
                               "--reboot-policy when-idle --gpu 0000:17:00=10de:2236 --gpu 0000:18:00=10de:2236")  # fmt: skip
-    assert prep["stdin"].startswith("#!/usr/bin/env bash")
+    assert "stdin" not in prep  # the script is on the node (the agent copy), not in state
+    agent = rec.named("cluster-pve2-host-prep-agent")
+    assert agent.urn in rec.named("cluster-pve2-host-prep-prep").dependencies
     assert prep["connection"]["host"] == "192.0.2.12" and prep["connection"]["user"] == "root"
     verify = rec.named("cluster-pve2-host-prep-verify").plain_inputs
     assert verify["create"].endswith(

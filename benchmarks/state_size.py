@@ -1,0 +1,98 @@
+"""State size per worker: what one worker's resources put into the stack's state, for the repository's stacks.
+
+Pulumi keeps every resource's inputs in the state and writes the whole state after each step on the file and S3
+backends, so the inputs per worker multiply into every checkpoint of an ``up``. Secrets are counted at their plain
+size (state holds them encrypted, somewhat larger) twice: with the offline plan's short placeholders and with
+realistic values (a 5 KB admin kubeconfig, a 400-byte SSH private key, a kubeadm token and CA hash).
+
+    python benchmarks/state_size.py                 # dev and prod
+    python benchmarks/state_size.py --stacks prod --top 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+REALISTIC = {
+    "kubeconfig": "k" * 5000,
+    "sshPrivateKey": "s" * 400,
+    "kubeadmToken": "abcdef.0123456789abcdef",
+    "kubeadmCaCertHash": "sha256:" + "0" * 64,
+    "proxmoxApiToken": "root@pam!pulumi=" + "0" * 36,
+    "proxmoxPassword": "p" * 24,
+}
+"""Realistic sizes of the secrets; any other secret key keeps its placeholder."""
+
+
+def plan_inputs(stack: str, secrets: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """Every resource's name and inputs (secrets unwrapped) of ``stack``'s offline plan, with ``secrets`` (key ->
+    value) instead of the placeholders where given."""
+    sys.path.insert(0, str(ROOT))
+    import proxmox_gpu_cluster.stacks.plan as cli  # noqa: PLC0415
+    from proxmox_gpu_cluster.testing import unwrap  # noqa: PLC0415
+
+    original: Callable[..., tuple[dict[str, Any], list[str]]] = cli.stack_config
+
+    def with_secrets(document: Mapping[str, Any], project: str = cli.PROJECT) -> tuple[dict[str, Any], list[str]]:
+        config, keys = original(document, project)
+        for full in keys:
+            value = (secrets or {}).get(full.split(":", 1)[1])
+            if value is not None:
+                config[full] = value
+        return config, keys
+
+    cli.stack_config = with_secrets  # type: ignore[assignment]
+    try:
+        document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+        recording, _ = cli.plan(stack, document, ROOT / "__main__.py")
+    finally:
+        cli.stack_config = original  # type: ignore[assignment]
+    return [{"name": r.name, "type": r.type, "inputs": unwrap(r.inputs)} for r in recording.resources]
+
+
+def per_worker(resources: list[dict[str, Any]], workers: list[str]) -> dict[str, dict[str, int]]:
+    """Worker -> resource name -> bytes of its inputs' JSON, for the resources named after the worker
+    (``<prefix>-<worker>-...``)."""
+    sizes: dict[str, dict[str, int]] = {w: {} for w in workers}
+    for r in resources:
+        for w in workers:
+            if f"-{w}-" in r["name"]:
+                sizes[w][r["name"]] = len(json.dumps(r["inputs"]))
+                break
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stacks", nargs="+", default=["dev", "prod"])
+    parser.add_argument("--top", type=int, default=5, help="the largest resources of the largest worker")
+    args = parser.parse_args(argv)
+    print(f"{'stack':>6} {'secrets':>10} {'workers':>7} {'max KiB/worker':>14} {'mean KiB/worker':>15}")
+    largest: list[tuple[str, str, dict[str, int]]] = []
+    for stack in args.stacks:
+        document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+        spec = next(v for k, v in document["config"].items() if k.endswith(":cluster"))
+        workers = [w["name"] for w in spec["workers"]]
+        for label, secrets in (("plan", None), ("realistic", REALISTIC)):
+            sizes = per_worker(plan_inputs(stack, secrets), workers)
+            totals = {w: sum(s.values()) for w, s in sizes.items()}
+            top = max(totals, key=lambda w: totals[w])
+            mean = sum(totals.values()) / len(totals) / 1024
+            print(f"{stack:>6} {label:>10} {len(workers):>7} {totals[top] / 1024:>14.1f} {mean:>15.1f}")
+            largest.append((f"{stack}/{label}", top, sizes[top]))
+    for where, worker, sizes in largest:
+        heaviest = sorted(sizes.items(), key=lambda kv: -kv[1])[: args.top]
+        print(f"\n{where}, worker {worker}: " + ", ".join(f"{name} {size / 1024:.1f}" for name, size in heaviest))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""The node agent's copy on a machine: one ``CopyToRemote`` of every step bundle of its kind (render/agent_bundle.py).
+
+The copy is the only resource that carries the scripts; steps name their bundle by fingerprint in their command.
+pulumi-command (v1.2.1, provider/pkg/provider/remote/copyController.go) copies again on an update only when the
+archive's hash or the remote path changed, never removes the files on destroy, and a change of ``connection`` alone
+(another address) copies nothing: so the copy is replaced with the machine (``replace_with``), like every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_command as command
+
+from proxmox_gpu_cluster.render.agent_bundle import REMOTE_DIR, materialize
+
+
+def install_agent(
+    name: str,
+    kind: str,
+    *,
+    connection: command.remote.ConnectionArgs,
+    provider: command.Provider,
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource] = (),
+    replace_with: Sequence[pulumi.Resource] = (),
+) -> command.remote.CopyToRemote:
+    """Copy the agent of ``kind`` (``guest`` or ``host``) to ``~/.proxmox-gpu-cluster/agent`` on the machine."""
+    return command.remote.CopyToRemote(
+        name,
+        command.remote.CopyToRemoteArgs(
+            connection=connection, source=pulumi.FileArchive(materialize(kind)), remote_path=REMOTE_DIR
+        ),
+        opts=pulumi.ResourceOptions(
+            parent=parent, provider=provider, depends_on=list(depends_on), replace_with=list(replace_with)
+        ),
+    )

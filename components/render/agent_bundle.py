@@ -1,0 +1,176 @@
+"""The node agent: what is installed once per machine, and how a step names what it runs. Pure (no Pulumi).
+
+Every step of a machine (a worker's guest, a Proxmox node) is a bundle: a directory ``<step>-<fingerprint>/``
+holding ``step.sh`` (the prologue, the shared helpers and the step's script, comment lines stripped) and the
+agent's Python modules where the step uses them. The fingerprint is the first 12 hex digits of the sha256 of the
+bundle's ``sha256sum`` listing (C locale order), so the prologue on the machine can check it, and it changes
+exactly when what the step runs changes. All bundles of one kind of machine form one directory ``agent/``, copied
+to ``~/.proxmox-gpu-cluster/agent`` by one ``CopyToRemote`` per machine (``node_agent.py``); a step's command is
+``bash .proxmox-gpu-cluster/agent/<step>-<fp>/step.sh <args>`` (relative to the login directory, kept by sudo),
+its stdin only its secrets. So a change of one script re-runs only the steps whose bundle it is part of, and the
+state holds a command line per step instead of every script's text.
+
+Why a directory of bundles rather than one file: pulumi-command's CopyToRemote (v1.2.1, copyController.go
+``Update``) copies again only when the source's hash or ``remotePath`` changes, and the engine compares assets by
+hash alone (pulumi sdk/go/common/resource/properties_diff.go), so another checkout path is no diff; a directory
+archive is hashed as a tar of relative names with fixed modes (archive.go ``EnsureHashWithWD``), never mtimes.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import os
+import shlex
+import tempfile
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+
+from proxmox_gpu_cluster.render.shipping import strip_comments
+
+REMOTE_DIR = ".proxmox-gpu-cluster"
+"""Where the agent lands, relative to the SSH user's login directory (SFTP's and the command's starting point)."""
+AGENT = "agent"
+"""The name of the copied directory (CopyToRemote puts a directory source at ``remotePath/<its name>``)."""
+CACHE_ENV = "PGC_AGENT_CACHE"
+"""Where the bundles are written for the copy (default: the user's cache directory)."""
+
+_PY = "<agent>"
+"""Stands for every Python module of the agent (components/agent/*.py) in a step's file list."""
+GUEST_STEPS: dict[str, tuple[str, ...]] = {
+    "cloud-init": ("guest_lib.sh", "guest_cloud_init.sh"),
+    "driver": ("guest_lib.sh", "guest_rollout.sh", "guest_driver.sh", _PY),
+    "runtime": ("guest_lib.sh", "guest_runtime.sh"),
+    "join": ("guest_lib.sh", "guest_join.sh"),
+    "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", _PY),
+    "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig.sh", _PY),
+    "capacity": ("guest_lib.sh", "guest_capacity.sh", _PY),
+}
+"""The steps that run on a worker's guest and the scripts each is made of, in order."""
+HOST_STEPS: dict[str, tuple[str, ...]] = {
+    "host-prep": ("host_prep.sh",),
+    "host-verify": ("host_verify.sh",),
+    "large-bar": ("large_bar.sh",),
+}
+"""The steps that run on a Proxmox node."""
+KINDS = {"guest": GUEST_STEPS, "host": HOST_STEPS}
+SECRET_NAMES = ("PGC_KUBECONFIG", "PGC_JOIN_TOKEN", "PGC_CA_CERT_HASH")
+"""The only names a step accepts on stdin (agent_prologue.sh)."""
+
+
+def _text(package: str, name: str) -> str:
+    return resources.files("proxmox_gpu_cluster").joinpath(package, name).read_text()
+
+
+@functools.cache
+def bundle_files(step: str) -> tuple[tuple[str, bytes], ...]:
+    """The files of ``step``'s bundle (name, content), sorted by name."""
+    kind = next((k for k, steps in KINDS.items() if step in steps), None)
+    if kind is None:
+        known = ", ".join(s for steps in KINDS.values() for s in steps)
+        raise ValueError(f"unknown agent step {step!r}; steps: {known}")
+    scripts = [name for name in KINDS[kind][step] if name != _PY]
+    text = "\n".join(strip_comments(_text("scripts", name)) for name in ["agent_prologue.sh", *scripts])
+    files: dict[str, bytes] = {"step.sh": text.encode()}
+    if _PY in KINDS[kind][step]:
+        agent = resources.files("proxmox_gpu_cluster").joinpath("agent")
+        if agent.is_dir():
+            for item in agent.iterdir():
+                if item.name.endswith(".py") and item.name != "__init__.py":
+                    files[item.name] = item.read_bytes()
+    return tuple(sorted(files.items()))
+
+
+def _digest(files: tuple[tuple[str, bytes], ...]) -> str:
+    listing = "".join(f"{hashlib.sha256(content).hexdigest()}  {name}\n" for name, content in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def fingerprint(step: str) -> str:
+    """12 hex digits naming exactly what ``step`` runs (what agent_prologue.sh recomputes on the machine)."""
+    return _digest(bundle_files(step))[:12]
+
+
+def bundle_name(step: str) -> str:
+    """``<step>-<fingerprint>``: the bundle's directory on the machine."""
+    return f"{step}-{fingerprint(step)}"
+
+
+def fingerprints(kind: str) -> dict[str, str]:
+    """Step -> fingerprint for every step of a kind of machine (``guest`` or ``host``)."""
+    return {step: fingerprint(step) for step in KINDS[kind]}
+
+
+def agent_version(kind: str) -> str:
+    """12 hex digits naming the whole agent of a kind of machine (every bundle)."""
+    listing = "".join(f"{step} {fp}\n" for step, fp in sorted(fingerprints(kind).items()))
+    return hashlib.sha256(listing.encode()).hexdigest()[:12]
+
+
+def step_command(user: str, step: str, args: list[str]) -> str:
+    """The remote command of ``step``: its installed bundle with ``args`` (each quoted), through passwordless
+    sudo unless the SSH user is root (sudo keeps the login directory, which the path is relative to)."""
+    sudo = "" if user == "root" else "sudo -n "
+    path = f"{REMOTE_DIR}/{AGENT}/{bundle_name(step)}/step.sh"
+    return f"{sudo}bash {shlex.join([path, *args])}"
+
+
+def secrets_stdin(values: Mapping[str, str]) -> str:
+    """A step's stdin: one ``NAME=<base64>`` line per secret (the prologue decodes them into shell variables).
+    Call it inside a secret Output: the result holds the credentials."""
+    unknown = sorted(set(values) - set(SECRET_NAMES))
+    if unknown:
+        raise ValueError(f"not a secret a step reads: {', '.join(unknown)}")
+    return "".join(f"{name}={base64.b64encode(value.encode()).decode()}\n" for name, value in values.items())
+
+
+def cache_root() -> Path:
+    """Where bundles are written: $PGC_AGENT_CACHE, else $XDG_CACHE_HOME or ~/.cache, under proxmox-gpu-cluster."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "proxmox-gpu-cluster"
+
+
+@functools.cache
+def materialize(kind: str) -> str:
+    """The local ``agent/`` directory of a kind of machine, written once per content (``agent-<kind>-<version>``
+    under ``cache_root()``, built in a temporary directory and renamed into place, so parallel plans never see
+    half of one) and checked again when it already exists. Returns its path, for a ``FileArchive``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind of machine {kind!r}; kinds: {', '.join(KINDS)}")
+    wanted = {bundle_name(step): bundle_files(step) for step in KINDS[kind]}
+    root = cache_root()
+    final = root / f"agent-{kind}-{agent_version(kind)}"
+    if _intact(final / AGENT, wanted):
+        return str(final / AGENT)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+    for bundle, files in wanted.items():
+        (staging / AGENT / bundle).mkdir(parents=True)
+        for name, content in files:
+            (staging / AGENT / bundle / name).write_bytes(content)
+    try:
+        os.rename(staging, final)
+    except OSError:  # another process won the race, or a damaged copy is in the way: replace it
+        if not _intact(final / AGENT, wanted):
+            damaged = Path(tempfile.mkdtemp(prefix=".damaged-", dir=root))
+            os.rename(final, damaged / "old")
+            os.rename(staging, final)
+    return str(final / AGENT)
+
+
+def _intact(agent: Path, wanted: Mapping[str, tuple[tuple[str, bytes], ...]]) -> bool:
+    """Whether ``agent`` holds exactly the wanted bundles, byte for byte."""
+    if not agent.is_dir() or {p.name for p in agent.iterdir()} != set(wanted):
+        return False
+    for bundle, files in wanted.items():
+        directory = agent / bundle
+        if {p.name for p in directory.iterdir()} != {name for name, _ in files}:
+            return False
+        if any((directory / name).read_bytes() != content for name, content in files):
+            return False
+    return True
