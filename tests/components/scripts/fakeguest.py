@@ -51,7 +51,6 @@ import shutil
 import uuid
 from pathlib import Path
 
-from proxmox_gpu_cluster.render.guest_scripts import secret_stdin, step_script
 from tests.components.scripts.fakeguest_tools import DEFAULT_CONTAINERD, KERNEL, STUBS
 from tests.components.scripts.fakeroot import FakeRoot, Result
 
@@ -159,9 +158,8 @@ class FakeGuest(FakeRoot):
         return path.read_text().split() if path.exists() else []
 
     def step(self, step: str, *args: str, secrets: dict[str, str] | None = None) -> Result:
-        """Run a bootstrap step as the remote command does (helpers + step on stdin)."""
-        text = secret_stdin(step, secrets) if secrets is not None else step_script(step)
-        return self.run_stdin(text, *args)
+        """Run a bootstrap step as the remote command does: the installed agent bundle, secrets on stdin."""
+        return self.run_bundle(step, *args, secrets=secrets)
 
     def reboot_scheduled(self) -> bool:
         """Whether a step scheduled a reboot (systemd-run) that has not happened yet."""
