@@ -18,6 +18,8 @@ if [[ -n "${BASH_SOURCE[0]:-}" && -f "${BASH_SOURCE[0]}" && "${BASH_SOURCE[0]}" 
       "$pgc_bundle" "${pgc_bundle##*-}" "$pgc_seen" >&2
     exit 1
   fi
+  # The agent's Python modules sit beside this script; only the steps that call them read it.
+  # shellcheck disable=SC2034
   PGC_AGENT_DIR="$pgc_bundle"
   if [[ ! -t 0 ]]; then
     while IFS= read -r pgc_line || [[ -n "$pgc_line" ]]; do

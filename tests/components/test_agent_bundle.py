@@ -1,0 +1,218 @@
+"""The node agent's bundles: fingerprints name exactly what a step runs, the prologue on the machine checks them and
+reads only secrets from stdin, the local copy is content-addressed, and the plan shows the hash, never the path."""
+
+from __future__ import annotations
+
+import base64
+import multiprocessing
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pulumi
+import pulumi_command as command
+import pytest
+
+from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.render import agent_bundle
+from proxmox_gpu_cluster.render.agent_bundle import (
+    GUEST_STEPS,
+    HOST_STEPS,
+    bundle_files,
+    bundle_name,
+    fingerprint,
+    materialize,
+    secrets_stdin,
+    step_command,
+)
+from proxmox_gpu_cluster.render.shipping import strip_comments
+from proxmox_gpu_cluster.testing import run
+
+ALL_STEPS = [*GUEST_STEPS, *HOST_STEPS]
+
+
+def test_every_step_has_a_12_digit_fingerprint_and_a_bundle_named_after_it() -> None:
+    for step in ALL_STEPS:
+        assert re.fullmatch(r"[0-9a-f]{12}", fingerprint(step)), step
+        assert bundle_name(step) == f"{step}-{fingerprint(step)}"
+        names = [name for name, _ in bundle_files(step)]
+        assert names == sorted(names) and "step.sh" in names
+    assert len({fingerprint(s) for s in ALL_STEPS}) == len(ALL_STEPS)
+    with pytest.raises(ValueError, match="unknown agent step 'nope'"):
+        fingerprint("nope")
+
+
+@pytest.mark.parametrize(
+    ("script", "changed"),
+    [
+        ("guest_join.sh", {"join"}),
+        ("guest_rollout.sh", {"driver", "verify", "mig"}),
+        ("guest_lib.sh", set(GUEST_STEPS)),
+        ("host_prep.sh", {"host-prep"}),
+        ("agent_prologue.sh", set(ALL_STEPS)),
+    ],
+)
+def test_a_script_change_changes_exactly_the_steps_that_run_it(
+    monkeypatch: pytest.MonkeyPatch, script: str, changed: set[str]
+) -> None:
+    before = {step: fingerprint(step) for step in ALL_STEPS}
+    original = agent_bundle._text
+    monkeypatch.setattr(agent_bundle, "_text", lambda p, n: original(p, n) + ("\ntrue\n" if n == script else ""))
+    bundle_files.cache_clear()
+    try:
+        after = {step: fingerprint(step) for step in ALL_STEPS}
+    finally:
+        monkeypatch.undo()
+        bundle_files.cache_clear()
+    assert {step for step in ALL_STEPS if before[step] != after[step]} == changed
+
+
+def test_a_comment_change_changes_nothing() -> None:
+    text = agent_bundle._text("scripts", "guest_join.sh")
+    assert strip_comments(text) == strip_comments(text.replace("\n#", "\n# reworded:", 1))
+
+
+def test_the_python_modules_ride_with_the_steps_that_call_them() -> None:
+    agent_modules = sorted(p.name for p in (Path(agent_bundle.__file__).parents[1] / "agent").glob("*.py"))
+    agent_modules = [m for m in agent_modules if m != "__init__.py"]
+    for step in ("driver", "verify", "mig", "capacity"):
+        assert [n for n, _ in bundle_files(step) if n.endswith(".py")] == agent_modules
+    for step in ("cloud-init", "runtime", "join", *HOST_STEPS):
+        assert [n for n, _ in bundle_files(step)] == ["step.sh"]
+
+
+def test_the_command_names_the_bundle_and_quotes_every_argument() -> None:
+    cmd = step_command("ubuntu", "join", ["--node-name", "w1", "--x", "a b;c"])
+    assert cmd == f"sudo -n bash .proxmox-gpu-cluster/agent/{bundle_name('join')}/step.sh --node-name w1 --x 'a b;c'"
+    assert step_command("root", "host-prep", []).startswith("bash .proxmox-gpu-cluster/agent/host-prep-")
+
+
+def fake_bundle(tmp_path: Path, body: str) -> Path:
+    """A bundle with the real prologue and ``body``, in a directory named after its real fingerprint."""
+    prologue = strip_comments(agent_bundle._text("scripts", "agent_prologue.sh"))
+    files = ((("step.sh", (prologue + "\n" + body).encode())),)
+    directory = tmp_path / f"probe-{agent_bundle._digest(files)[:12]}"
+    directory.mkdir()
+    (directory / "step.sh").write_bytes(files[0][1])
+    return directory
+
+
+def run_step(bundle: Path, stdin: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(bundle / "step.sh")], input=stdin, capture_output=True, text=True, check=False, cwd=bundle.parent
+    )
+
+
+def test_the_prologue_decodes_exactly_the_secrets_it_is_given(tmp_path: Path) -> None:
+    bundle = fake_bundle(
+        tmp_path, 'printf "%s|%s|%s" "$PGC_KUBECONFIG" "$PGC_JOIN_TOKEN" "${PGC_CA_CERT_HASH:-unset}"\n'
+    )
+    kubeconfig = "apiVersion: v1\nclusters:\n- name: 'it''s' \"quoted\" $(not run) `nor this`\n"
+    proc = run_step(bundle, secrets_stdin({"PGC_KUBECONFIG": kubeconfig, "PGC_JOIN_TOKEN": "abcdef.0123456789abcdef"}))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == kubeconfig.rstrip("\n") + "|abcdef.0123456789abcdef|unset"
+    assert run_step(bundle, "").stdout == "||unset" or run_step(bundle, "").returncode != 0  # set -u: unset names fail
+
+
+def test_the_prologue_refuses_other_lines_without_echoing_them(tmp_path: Path) -> None:
+    bundle = fake_bundle(tmp_path, "echo ran\n")
+    leaked = "SECRET-CANARY-VALUE"
+    for stdin in (f"PATH={base64.b64encode(b'/tmp').decode()}\n", f"{leaked}\n", "PGC_JOIN_TOKEN=%%%not-base64\n"):
+        proc = run_step(bundle, stdin)
+        assert proc.returncode == 2 and "ran" not in proc.stdout, stdin
+        assert proc.stderr.startswith("agent: stdin: expected ") and leaked not in proc.stderr
+    with pytest.raises(ValueError, match="not a secret a step reads: PATH"):
+        secrets_stdin({"PATH": "/tmp"})
+
+
+def test_the_prologue_stops_a_bundle_that_is_not_what_its_name_says(tmp_path: Path) -> None:
+    bundle = fake_bundle(tmp_path, "echo ran\n")
+    assert run_step(bundle, "").stdout == "ran\n"
+    step = bundle / "step.sh"
+    step.write_bytes(step.read_bytes()[:-3])  # a copy cut short
+    proc = run_step(bundle, "")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"expected fingerprint {bundle.name.rsplit('-', 1)[1]}, saw " in proc.stderr
+    assert "pulumi up --replace" in proc.stderr
+
+
+@pytest.mark.parametrize("step", ALL_STEPS)
+def test_each_bundle_parses_and_passes_shellcheck_as_installed(tmp_path: Path, step: str) -> None:
+    text = dict(bundle_files(step))["step.sh"].decode()
+    path = tmp_path / "step.sh"
+    path.write_text(text)
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True, check=False).returncode == 0
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck; .ci/run installs it)")
+    proc = subprocess.run(["shellcheck", "-s", "bash", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_materialize_writes_each_content_once_and_repairs_a_damaged_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(agent_bundle.CACHE_ENV, str(tmp_path))
+    materialize.cache_clear()
+    first = Path(materialize("guest"))
+    assert first.name == "agent" and first.parent.parent == tmp_path
+    assert sorted(p.name for p in first.iterdir()) == sorted(bundle_name(s) for s in GUEST_STEPS)
+    (first / bundle_name("join") / "step.sh").write_text("tampered")
+    materialize.cache_clear()
+    again = Path(materialize("guest"))
+    assert (
+        again == first
+        and (again / bundle_name("join") / "step.sh").read_bytes() == dict(bundle_files("join"))["step.sh"]
+    )
+    materialize.cache_clear()
+
+
+def _materialize_in(cache: str) -> str:
+    import os
+
+    os.environ[agent_bundle.CACHE_ENV] = cache
+    return agent_bundle.materialize("host")
+
+
+def test_parallel_plans_share_one_copy(tmp_path: Path) -> None:
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        paths = pool.map(_materialize_in, [str(tmp_path)] * 8)
+    assert len(set(paths)) == 1
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == [Path(paths[0]).parent.name]
+
+
+def test_another_checkout_path_is_no_diff(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def program() -> None:
+        connection = command.remote.ConnectionArgs(host="h", user="root", private_key="k")
+        install_agent("m-agent", "guest", connection=connection, provider=command.Provider("p"), parent=None)  # type: ignore[arg-type]
+
+    sources = []
+    for checkout in ("a", "b"):
+        monkeypatch.setenv(agent_bundle.CACHE_ENV, str(tmp_path / checkout))
+        materialize.cache_clear()
+        sources.append(run(program).named("m-agent").plain_inputs["source"])
+    materialize.cache_clear()
+    assert sources[0] == sources[1] and set(sources[0]) == {"archive"}
+    assert str(tmp_path) not in repr(sources[0])
+
+
+def test_a_step_change_is_a_new_archive(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(agent_bundle.CACHE_ENV, str(tmp_path))
+    materialize.cache_clear()
+    before = Path(materialize("guest"))
+    original = agent_bundle._text
+    monkeypatch.setattr(agent_bundle, "_text", lambda p, n: original(p, n) + ("\n:\n" if n == "guest_join.sh" else ""))
+    bundle_files.cache_clear()
+    materialize.cache_clear()
+    try:
+        after = Path(materialize("guest"))
+    finally:
+        monkeypatch.undo()
+        bundle_files.cache_clear()
+        materialize.cache_clear()
+    assert before != after
+    assert {p.name for p in before.iterdir()} ^ {p.name for p in after.iterdir()} == {
+        bundle_name("join"),
+        next(p.name for p in after.iterdir() if p.name.startswith("join-")),
+    }
+    assert pulumi.FileArchive(str(after)).path == str(after)
