@@ -40,6 +40,7 @@ from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.proxmox.pci_mapping import IommuPreflightError
 from proxmox_gpu_cluster.recording import critical_path
+from proxmox_gpu_cluster.render.agent_bundle import agent_lines, agent_summary
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
 from proxmox_gpu_cluster.render.kubevirt import example_virtual_machines
 from proxmox_gpu_cluster.stacks.config import (
@@ -137,6 +138,7 @@ def plan_document(
         "warnings": [message for level, message in recording.logs if level == "warning"],
         "criticalPath": [r.name for r in critical_path(recording)],
         "rebootPoints": reboot_points(recording),
+        "agent": agent_summary(),
     }
     if spec is not None:
         document["disruption"] = disruption(spec)
@@ -194,6 +196,8 @@ def render_text(
     chain = critical_path(recording)
     lines += ["", f"Critical path of a first pulumi up ({len(chain)} steps, one after the other):"]
     lines += [f"  {' -> '.join(r.name for r in chain)}"] if chain else []
+    lines += ["", "Node agent (copied once per machine; a step runs again when its fingerprint changes):"]
+    lines += [f"  {line}" for line in agent_lines()]
     points = reboot_points(recording)
     if points:
         lines += ["", "Reboot points (the only steps that may restart a machine; each decides again when it runs):"]

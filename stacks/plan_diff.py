@@ -9,12 +9,15 @@ under ``replaceOnChanges``, or the replacement of something listed in its ``repl
 
 The summary says what a reviewer needs before anything runs: the Proxmox nodes whose host prep runs again (and so may
 reboot), the VMs replaced or destroyed, the GPU nodes drained through rollout slots (a new driver step or MIG
-geometry) and in how many rounds, and the ConfigMaps recreated.
+geometry) and in how many rounds, the ConfigMaps recreated, and which node-agent steps run again because what they
+run changed (their bundle's fingerprint in the command, ``render/agent_bundle.py``), in plain text: a step's stdin
+is secret, so its script change would otherwise show only as a changed ``create``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -42,6 +45,25 @@ class Change:
     """``add``, ``remove``, ``update`` or ``replace``."""
     paths: tuple[str, ...] = ()
     """Changed input paths (``update``/``replace``)."""
+    bundle: str = ""
+    """For a node-agent step whose bundle changed: ``<step> <old fingerprint>→<new fingerprint>``."""
+
+
+_BUNDLE = re.compile(r"\.proxmox-gpu-cluster/agent/([a-z0-9-]+)-([0-9a-f]{12})/step\.sh")
+
+
+def _bundle(resource: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The node-agent step and fingerprint a resource's command runs, if it runs one."""
+    create = resource.get("inputs", {}).get("create")
+    match = _BUNDLE.search(create) if isinstance(create, str) else None
+    return (match[1], match[2]) if match else None
+
+
+def _bundle_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    before, after = _bundle(old), _bundle(new)
+    if before is None or after is None or before == after:
+        return ""
+    return f"{after[0]} {before[1]}→{after[1]}"
 
 
 def input_paths(before: Any, after: Any, prefix: str = "") -> Iterator[str]:
@@ -93,7 +115,8 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
         replace = any(_under(p, forced) for p in paths) or (
             r["type"].startswith("command:") and any(_under(p, ["triggers"]) for p in paths)
         )
-        changes[urn] = Change(urn, r["type"], r["name"], "replace" if replace else "update", paths)
+        action = "replace" if replace else "update"
+        changes[urn] = Change(urn, r["type"], r["name"], action, paths, _bundle_change(old[urn], r))
     # A resource whose replaceWith target is replaced is replaced too (repeat until nothing more follows).
     grew = True
     while grew:
@@ -103,7 +126,9 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
             if urn in old and any(changes.get(t, Change("", "", "", "")).action == "replace" for t in targets):
                 current = changes.get(urn)
                 if current is None or current.action != "replace":
-                    changes[urn] = Change(urn, r["type"], r["name"], "replace", current.paths if current else ())
+                    paths = current.paths if current else ()
+                    bundle = current.bundle if current else ""
+                    changes[urn] = Change(urn, r["type"], r["name"], "replace", paths, bundle)
                     grew = True
     ordered = [changes[u] for u in new if u in changes]
     return ordered + [Change(u, r["type"], r["name"], "remove") for u, r in old.items() if u not in new]
@@ -141,7 +166,17 @@ def summary(changes: Sequence[Change], max_unavailable: int = 1, prefix: str = "
         "configMapsRecreated": sorted(
             c.name for c in changes if c.type == "kubernetes:core/v1:ConfigMap" and c.action == "replace"
         ),
+        "agentSteps": agent_steps(changes, prefix),
     }
+
+
+def agent_steps(changes: Sequence[Change], prefix: str = "") -> dict[str, list[str]]:
+    """``<step> <old>→<new>`` -> the resources (without ``prefix``) that run it again because its bundle changed."""
+    out: dict[str, list[str]] = {}
+    for c in changes:
+        if c.bundle:
+            out.setdefault(c.bundle, []).append(c.name.removeprefix(prefix))
+    return {bundle: sorted(names) for bundle, names in sorted(out.items())}
 
 
 def diff_document(changes: Sequence[Change], max_unavailable: int = 1, prefix: str = "") -> dict[str, Any]:
@@ -166,10 +201,20 @@ def render_diff(
         f"VMs replaced or destroyed: {_names(s['vmsReplacedOrDestroyed'])}",
         rolled,
         f"ConfigMaps recreated: {_names(s['configMapsRecreated'])}",
+        *(
+            [
+                f"Node agent: {bundle} re-runs on {len(names)} machine(s) (what it runs changed): {', '.join(names)}"
+                for bundle, names in s["agentSteps"].items()
+            ]
+            or ["Node agent: no step runs again for a change of what it runs"]
+        ),
     ]
     symbol = {"add": "+", "remove": "-", "update": "~", "replace": "+-"}
     rows = [
-        f"{symbol[c.action]:<2} {c.type} {c.name}" + (f"  ({', '.join(c.paths)})" if c.paths else "") for c in changes
+        f"{symbol[c.action]:<2} {c.type} {c.name}"
+        + (f"  ({', '.join(c.paths)})" if c.paths else "")
+        + (f"  [agent {c.bundle}]" if c.bundle else "")
+        for c in changes
     ]
     if not markdown:
         return "\n".join([*lines, "", *rows]) + "\n"

@@ -174,3 +174,16 @@ def _intact(agent: Path, wanted: Mapping[str, tuple[tuple[str, bytes], ...]]) ->
         if any((directory / name).read_bytes() != content for name, content in files):
             return False
     return True
+
+
+def agent_summary() -> dict[str, dict[str, object]]:
+    """Per kind of machine: the agent's version and each step's fingerprint (what the plan shows)."""
+    return {kind: {"version": agent_version(kind), "steps": fingerprints(kind)} for kind in KINDS}
+
+
+def agent_lines() -> list[str]:
+    """The plan's text lines for ``agent_summary``."""
+    return [
+        f"{kind} {agent_version(kind)}: " + ", ".join(f"{step} {fp}" for step, fp in fingerprints(kind).items())
+        for kind in KINDS
+    ]

@@ -216,3 +216,14 @@ def test_a_step_change_is_a_new_archive(monkeypatch: pytest.MonkeyPatch, tmp_pat
         next(p.name for p in after.iterdir() if p.name.startswith("join-")),
     }
     assert pulumi.FileArchive(str(after)).path == str(after)
+
+
+def test_the_plan_names_the_agent_and_every_steps_fingerprint() -> None:
+    from proxmox_gpu_cluster.render.agent_bundle import agent_lines, agent_summary, agent_version
+
+    summary = agent_summary()
+    assert set(summary) == {"guest", "host"}
+    assert summary["guest"]["steps"] == {step: fingerprint(step) for step in GUEST_STEPS}
+    lines = agent_lines()
+    assert lines[0].startswith(f"guest {agent_version('guest')}: cloud-init {fingerprint('cloud-init')}, driver ")
+    assert lines[1].startswith(f"host {agent_version('host')}: host-prep {fingerprint('host-prep')}")

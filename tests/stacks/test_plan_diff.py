@@ -167,3 +167,40 @@ def test_the_cli_compares_with_a_git_revision(tmp_path: Path, capsys: pytest.Cap
     assert "- 2 GPU node(s) drained and changed" in capsys.readouterr().out
     assert main(["dev", "--main", str(ROOT), "--config", str(stack), "--diff-base", "nope"]) == 2
     assert "--diff-base nope: Pulumi.dev.yaml: fatal:" in capsys.readouterr().err
+
+
+def test_a_script_change_re_runs_exactly_its_steps_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxmox_gpu_cluster.render import agent_bundle
+
+    old_fp = agent_bundle.fingerprint("join")
+    original = agent_bundle._text
+    monkeypatch.setattr(agent_bundle, "_text", lambda p, n: original(p, n) + ("\n:\n" if n == "guest_join.sh" else ""))
+    agent_bundle.bundle_files.cache_clear()
+    agent_bundle.materialize.cache_clear()
+    try:
+        new_fp = agent_bundle.fingerprint("join")
+        after = document(copy.deepcopy(BASE))
+    finally:
+        monkeypatch.undo()
+        agent_bundle.bundle_files.cache_clear()
+        agent_bundle.materialize.cache_clear()
+    changes = diff(BEFORE, after)
+    workers = ("mig-1", "mig-2", "ts-1")
+    # Each guest's agent copy gets the new bundle, each join runs it; no other step, no VM, nothing on the hosts.
+    assert names(changes, "update") == {f"cluster-{w}-bootstrap-{s}" for w in workers for s in ("agent", "join")}
+    assert not [c for c in changes if c.action != "update"]
+    s = summary(changes, 1, cluster_prefix(after))
+    assert s["agentSteps"] == {f"join {old_fp}→{new_fp}": [f"{w}-bootstrap-join" for w in workers]}
+    assert s["nodesRolled"] == [] and s["hostPrepRuns"] == []
+    text = render_diff(changes, 1, cluster_prefix(after))
+    assert (
+        f"Node agent: join {old_fp}→{new_fp} re-runs on 3 machine(s) (what it runs changed): mig-1-bootstrap-join"
+        in text
+    )
+    assert f"cluster-ts-1-bootstrap-join  (create)  [agent join {old_fp}→{new_fp}]" in text
+
+
+def test_a_spec_edit_re_runs_no_agent_step_for_its_code() -> None:
+    changes, s = changes_for(lambda raw: raw["workers"][2]["timeSlicing"].update(replicas=8))
+    assert s["agentSteps"] == {}
+    assert "Node agent: no step runs again for a change of what it runs" in render_diff(changes)
