@@ -1,34 +1,51 @@
 #!/usr/bin/env bash
 # Prepare a Proxmox VE node for GPU passthrough: IOMMU kernel arguments, vfio modules, host driver blacklist,
-# vfio-pci for the GPUs the node declares. Idempotent: files are rewritten only when their content differs.
+# vfio-pci for the GPUs the node declares. Converges from any state: every decision compares what the node runs
+# and what its boot configuration was last generated from with what is wanted, never what this run changed.
 #
 # Usage: host_prep.sh --cpu-vendor intel|amd --boot-loader grub|systemd-boot|auto --acs-override 0|1
 #                     --reboot-policy when-idle|always|never --gpu <domain:bus:device>=<vendor:device> [--gpu ...]
 # Every path is under $PGC_ROOT (empty on a real host) so tests can run against a fake root.
 #
+# State it observes: the files (written atomically when their content differs); the boot configuration GENERATED
+# from them (GRUB: the default entry of /boot/grub/grub.cfg; systemd-boot: the /etc/kernel/cmdline the last
+# successful proxmox-boot-tool refresh copied to the ESPs, recorded here as the ESPs are not mounted); the
+# initramfs (a fingerprint of the module files the last successful update-initramfs packed); the running kernel's
+# /proc/cmdline and the live vfio-pci bindings. A "pending" marker is written before each regeneration and removed
+# after it, so a regeneration cut short is redone even when nothing else looks stale.
+#
 # Reboots: only the kernel command line needs one. A GPU newly declared on a node that already runs with the
 # IOMMU on is bound to vfio-pci at runtime (driver_override + probe); the files make later boots do the same. When
 # the running kernel lacks an argument, the reboot follows --reboot-policy: when-idle reboots only if no VM or
 # container runs on the node (otherwise the step fails naming them), always reboots anyway, never reports
-# "reboot: required" and leaves it to you. Either way the files are written and the boot loader and initramfs are
-# refreshed first, and an interrupted refresh is redone by the next run (markers under /var/lib).
+# "reboot: required" and leaves it to you. A scheduled reboot is recorded with the boot id it was scheduled in: if
+# the node came back (new boot id) still without what the reboot was for, the step fails saying so instead of
+# rebooting again.
 # Prints "changed: <file>" per rewritten file, "vfio: ..." per runtime binding, and finally "reboot: scheduled",
-# "reboot: required" or "reboot: not-needed".
+# "reboot: required" or "reboot: not-needed". Failures print one line "host-prep: <what>: expected <x>, saw <y>"
+# (a tool's own output below it) and exit non-zero.
 set -euo pipefail
+set -E # the ERR trap below also fires in functions
 
 ROOT="${PGC_ROOT:-}"
 STATE="$ROOT/var/lib/proxmox-gpu-cluster"
 MARKER="$ROOT/run/proxmox-gpu-cluster/reboot-required"
+SCHEDULED="$STATE/reboot-scheduled"
+LOCK="$ROOT/run/lock/proxmox-gpu-cluster.lock"
 cpu_vendor=""
 boot_loader="auto"
 acs_override=0
 reboot_policy="when-idle"
 gpus=()
 
+# die <what> <expected> <saw>
 die() {
-  echo "host-prep: $1: $2" >&2
+  echo "host-prep: $1: expected $2, saw $3" >&2
   exit 1
 }
+# A command failing where no check expects it still names itself (its own output is above). Inside a command
+# substitution the trap only exits: the assignment around it fails next and is named by the outer shell.
+trap 'rc=$?; ((BASH_SUBSHELL)) || echo "host-prep: ${BASH_COMMAND} failed: expected exit 0, saw exit $rc" >&2; exit "$rc"' ERR
 
 while (($#)); do
   case "$1" in
@@ -37,20 +54,20 @@ while (($#)); do
   --acs-override) acs_override="$2" ;;
   --reboot-policy) reboot_policy="$2" ;;
   --gpu) gpus+=("$2") ;;
-  *) die arguments "unknown argument $1" ;;
+  *) die arguments "a known argument" "$1" ;;
   esac
   shift 2
 done
 
 case "$cpu_vendor" in
 intel | amd) ;;
-*) die arguments "--cpu-vendor must be intel or amd, got '$cpu_vendor'" ;;
+*) die arguments "--cpu-vendor intel or amd" "'$cpu_vendor'" ;;
 esac
 case "$reboot_policy" in
 when-idle | always | never) ;;
-*) die arguments "--reboot-policy must be when-idle, always or never, got '$reboot_policy'" ;;
+*) die arguments "--reboot-policy when-idle, always or never" "'$reboot_policy'" ;;
 esac
-[[ ${#gpus[@]} -gt 0 ]] || die arguments "no --gpu given"
+[[ ${#gpus[@]} -gt 0 ]] || die arguments "at least one --gpu" "none"
 
 wanted_args=("${cpu_vendor}_iommu=on" "iommu=pt")
 if [[ "$acs_override" == 1 ]]; then
@@ -59,15 +76,56 @@ fi
 
 changed=()
 
-# Write $2 to file $1 when it differs; remember the change.
-put() {
-  local file="$1" content="$2"
-  if [[ -f "$file" ]] && [[ "$(cat "$file")" == "$content" ]]; then
-    return 0
+# One step at a time on this node: host prep, host verify and the large-BAR steps of its workers read and change
+# the same state. The flock dies with its holder (even a SIGKILLed one), so a killed run never blocks the next; the
+# wait is bounded and the message names the holder. fd 9 stays open to the end of the step.
+lock() {
+  local wait="${PGC_LOCK_TIMEOUT:-600}" holder
+  mkdir -p "${LOCK%/*}"
+  exec 9<>"$LOCK"
+  if ! flock -w "$wait" 9; then
+    holder="$(head -n 1 "$LOCK" 2>/dev/null || true)"
+    die lock "${LOCK#"$ROOT"} free within ${wait}s" "it held by ${holder:-an unknown process}"
   fi
-  mkdir -p "$(dirname "$file")"
-  printf '%s\n' "$content" >"$file.pgc-tmp"
-  mv "$file.pgc-tmp" "$file"
+  printf 'host-prep (pid %s) since %s\n' "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$LOCK"
+}
+
+# put_file <file> <content>: atomically (a temporary file in the same directory, fsync, rename, fsync of the
+# directory), so a killed or failing write leaves the old file or the new one, never a truncated one. ENOSPC or a
+# read-only file system fail the step naming the file.
+put_file() {
+  local file="$1" content="$2" dir="${1%/*}" tmp err
+  [[ -d "$dir" ]] || err="$(mkdir -p "$dir" 2>&1)" || die write "directory ${dir#"$ROOT"}" "${err:-mkdir failing}"
+  tmp="$(mktemp "$file.pgc-XXXXXX" 2>&1)" || die write "a temporary file next to ${file#"$ROOT"}" "$tmp"
+  if ! err="$({
+    printf '%s\n' "$content" >"$tmp" && chmod 0644 "$tmp" && sync "$tmp" && mv -f "$tmp" "$file" && sync "$dir"
+  } 2>&1)"; then
+    rm -f "$tmp"
+    die write "${file#"$ROOT"} written" "${err:-an error}"
+  fi
+}
+
+# mark <name>: the pending marker of a regeneration (empty, so creating it is atomic), made durable at once.
+mark() {
+  local err
+  [[ ! -e "$STATE/$1-pending" ]] || return 0
+  err="$({ mkdir -p "$STATE" && : >"$STATE/$1-pending" && sync "$STATE/$1-pending" "$STATE"; } 2>&1)" ||
+    die write "${STATE#"$ROOT"}/$1-pending written" "${err:-an error}"
+}
+
+# differs <file> <content>: whether the file is missing or holds something else.
+differs() {
+  [[ ! -f "$1" ]] || [[ "$(<"$1")" != "$2" ]]
+}
+
+# put <file> <content>: write it when it differs (leftover temporary files of a killed run go first); remember it.
+put() {
+  local file="$1" content="$2" stale
+  for stale in "$file".pgc-*; do
+    [[ ! -e "$stale" ]] || rm -f "$stale"
+  done
+  differs "$file" "$content" || return 0
+  put_file "$file" "$content"
   changed+=("${file#"$ROOT"}")
 }
 
@@ -108,16 +166,47 @@ detect_boot_loader() {
   fi
 }
 
-# pending <name> <command...>: run a refresh that a file change made necessary. The marker is written before and
-# removed after, so a run that fails (or is cut off) in between leaves it, and the next run redoes the refresh
-# even though the files no longer change.
-pending() {
-  local name="$1"
+# regenerate <name> <command...>: rebuild what boots from the files. The pending marker is written first and
+# removed only after the tool succeeded, so a run that fails or is cut off in between is redone by the next one.
+# The tool's output goes to stderr (stdout is the step's report); on failure it follows the step's line.
+regenerate() {
+  local name="$1" out rc=0
   shift
-  mkdir -p "$STATE"
-  : >"$STATE/$name-pending"
-  "$@"
-  rm -f "$STATE/$name-pending"
+  mark "$name"
+  out="$("$@" 2>&1)" || rc=$?
+  if ((rc)); then
+    echo "host-prep: $name: expected '$*' to exit 0, saw exit $rc (the next run redoes it; its output follows)" >&2
+    printf '%s\n' "$out" >&2
+    exit 1
+  fi
+  [[ -z "$out" ]] || printf '%s\n' "$out" >&2
+}
+
+done_regenerating() {
+  rm -f "$STATE/$1-pending"
+}
+
+# has_args <command line>: whether it holds every wanted argument; the missing ones in $missing.
+has_args() {
+  local token
+  missing=()
+  for token in "${wanted_args[@]}"; do
+    [[ " $1 " == *" $token "* ]] || missing+=("$token")
+  done
+  ((${#missing[@]} == 0))
+}
+
+# grub_generated: the default entry's kernel line in the generated grub.cfg (its first "linux" line), normalised.
+grub_generated() {
+  local line words
+  line="$(sed -n 's/^[[:space:]]*linux[[:space:]]\+//p' "$ROOT/boot/grub/grub.cfg" 2>/dev/null | head -n 1 || true)"
+  read -r -a words <<<"$line" || true # normalises the spaces grub-mkconfig leaves
+  echo "${words[*]}"
+}
+
+# initramfs_fingerprint: of the module files this step manages, as the initramfs should pack them.
+initramfs_fingerprint() {
+  cat "${initramfs_files[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1
 }
 
 # bound_driver <sysfs device>: the driver bound to it, or nothing.
@@ -127,17 +216,21 @@ bound_driver() {
   fi
 }
 
-# sysfs_write <value> <file>: bounded (an unbind can hang on a busy device).
+# sysfs_write <value> <file>: bounded (an unbind can hang on a busy device). --foreground keeps tee in the step's
+# process group, so whatever ends the step (a dropped SSH session) ends the write too.
 sysfs_write() {
-  printf '%s' "$1" | timeout 30 tee "$2" >/dev/null 2>&1
+  printf '%s' "$1" | timeout --foreground 30 tee "$2" >/dev/null 2>&1
 }
 
-# bind_vfio <function address>: hand one PCI function to vfio-pci now (driver_override, unbind, probe).
+# bind_vfio <function address>: hand one PCI function to vfio-pci now (driver_override, unbind, probe). Each write
+# is decided from the live binding, so a binding cut short anywhere is finished by the next run.
 bind_vfio() {
   local dev="$ROOT/sys/bus/pci/devices/$1" current
   current="$(bound_driver "$dev")"
   [[ "$current" == vfio-pci ]] && return 0
-  sysfs_write vfio-pci "$dev/driver_override" || return 1
+  if [[ "$(cat "$dev/driver_override" 2>/dev/null || true)" != vfio-pci ]]; then
+    sysfs_write vfio-pci "$dev/driver_override" || return 1
+  fi
   if [[ -n "$current" ]]; then
     sysfs_write "$1" "$dev/driver/unbind" || return 1
   fi
@@ -162,44 +255,37 @@ running_guests() {
 }
 
 main() {
-  local current merged new refresh_boot=() kernel_changes functions=() ids=() fn slot expected id found
-  local grub cmdline id_list gpu file token
+  local current merged boot_file boot_content refresh_boot=() functions=() ids=() fn slot expected id found
+  local id_list gpu file running boot_id unbound=() reason guests="" scheduled_boot="" scheduled_reason="" generated
+  local -a missing=() initramfs_files
+  local -A content=()
+  lock
   if [[ "$boot_loader" == auto ]]; then
     boot_loader="$(detect_boot_loader)"
   fi
 
   case "$boot_loader" in
   grub)
-    grub="$ROOT/etc/default/grub"
-    [[ -f "$grub" ]] || die kernel-args "$grub not found"
-    current="$(sed -n 's/^GRUB_CMDLINE_LINUX_DEFAULT="\(.*\)"$/\1/p' "$grub" | tail -n 1)"
+    boot_file="$ROOT/etc/default/grub"
+    [[ -f "$boot_file" ]] || die kernel-args "${boot_file#"$ROOT"}" "no such file"
+    current="$(sed -n 's/^GRUB_CMDLINE_LINUX_DEFAULT="\(.*\)"$/\1/p' "$boot_file" | tail -n 1)"
     merged="$(merge_args "$current")"
-    if grep -q '^GRUB_CMDLINE_LINUX_DEFAULT=' "$grub"; then
-      new="$(awk -v line="GRUB_CMDLINE_LINUX_DEFAULT=\"$merged\"" \
-        '/^GRUB_CMDLINE_LINUX_DEFAULT=/ { if (!done) print line; done = 1; next } { print }' "$grub")"
+    if grep -q '^GRUB_CMDLINE_LINUX_DEFAULT=' "$boot_file"; then
+      boot_content="$(awk -v line="GRUB_CMDLINE_LINUX_DEFAULT=\"$merged\"" \
+        '/^GRUB_CMDLINE_LINUX_DEFAULT=/ { if (!done) print line; done = 1; next } { print }' "$boot_file")"
     else
-      new="$(cat "$grub")"$'\n'"GRUB_CMDLINE_LINUX_DEFAULT=\"$merged\""
+      boot_content="$(cat "$boot_file")"$'\n'"GRUB_CMDLINE_LINUX_DEFAULT=\"$merged\""
     fi
-    put "$grub" "$new"
     refresh_boot=(update-grub)
     ;;
   systemd-boot)
-    cmdline="$ROOT/etc/kernel/cmdline"
-    [[ -f "$cmdline" ]] || die kernel-args "$cmdline not found"
-    merged="$(merge_args "$(head -n 1 "$cmdline")")"
-    put "$cmdline" "$merged"
+    boot_file="$ROOT/etc/kernel/cmdline"
+    [[ -f "$boot_file" ]] || die kernel-args "${boot_file#"$ROOT"}" "no such file"
+    boot_content="$(merge_args "$(head -n 1 "$boot_file")")"
     refresh_boot=(proxmox-boot-tool refresh)
     ;;
-  *) die arguments "--boot-loader must be grub, systemd-boot or auto, got '$boot_loader'" ;;
+  *) die arguments "--boot-loader grub, systemd-boot or auto" "'$boot_loader'" ;;
   esac
-
-  kernel_changes=${#changed[@]}
-
-  # vfio_virqfd is not listed: it is built into vfio since kernel 6.2 (Proxmox VE 8).
-  put "$ROOT/etc/modules-load.d/vfio.conf" "# Managed by proxmox-gpu-cluster
-vfio
-vfio_iommu_type1
-vfio_pci"
 
   # vendor:device of every function of every declared GPU (the GPU and e.g. its audio or USB-C functions).
   for gpu in "${gpus[@]}"; do
@@ -211,52 +297,86 @@ vfio_pci"
       id="$(sed 's/^0x//' "$fn/vendor"):$(sed 's/^0x//' "$fn/device")"
       if [[ "${fn##*/}" == "$slot.0" ]]; then
         found=1
-        [[ "$id" == "$expected" ]] || die vfio-ids "$slot.0 is $id, the spec expects $expected"
+        [[ "$id" == "$expected" ]] || die vfio-ids "$expected at $slot.0 (the spec's model)" "$id"
       fi
       ids+=("$id")
       functions+=("${fn##*/}")
     done
-    ((found)) || die vfio-ids "no PCI device at $slot.0"
+    ((found)) || die vfio-ids "a PCI device at $slot.0" "none"
   done
   id_list="$(printf '%s\n' "${ids[@]}" | sort -u | paste -sd, -)"
 
-  put "$ROOT/etc/modprobe.d/blacklist-gpu-passthrough.conf" "# Managed by proxmox-gpu-cluster: host drivers must not claim passthrough GPUs
+  # vfio_virqfd is not listed: it is built into vfio since kernel 6.2 (Proxmox VE 8).
+  content["$ROOT/etc/modules-load.d/vfio.conf"]="# Managed by proxmox-gpu-cluster
+vfio
+vfio_iommu_type1
+vfio_pci"
+  content["$ROOT/etc/modprobe.d/blacklist-gpu-passthrough.conf"]="# Managed by proxmox-gpu-cluster: host drivers must \
+not claim passthrough GPUs
 blacklist nouveau
 blacklist nvidia
 blacklist nvidiafb
 blacklist nvidia_drm"
-
   # softdep makes modprobe load vfio-pci before any GPU driver, so vfio-pci binds the ids first.
-  put "$ROOT/etc/modprobe.d/vfio.conf" "# Managed by proxmox-gpu-cluster
+  content["$ROOT/etc/modprobe.d/vfio.conf"]="# Managed by proxmox-gpu-cluster
 options vfio-pci ids=$id_list
 softdep nouveau pre: vfio-pci
 softdep nvidia pre: vfio-pci
 softdep nvidiafb pre: vfio-pci
 softdep nvidia_drm pre: vfio-pci
 softdep snd_hda_intel pre: vfio-pci"
+  initramfs_files=("$ROOT/etc/modules-load.d/vfio.conf" "$ROOT/etc/modprobe.d/blacklist-gpu-passthrough.conf"
+    "$ROOT/etc/modprobe.d/vfio.conf")
 
+  # The pending markers go first, so a run cut off after a file changed redoes the regeneration it needs.
+  if differs "$boot_file" "$boot_content"; then
+    mark boot-loader
+  fi
+  for file in "${initramfs_files[@]}"; do
+    if differs "$file" "${content[$file]}"; then
+      mark initramfs
+    fi
+  done
+  put "$boot_file" "$boot_content"
+  for file in "${initramfs_files[@]}"; do
+    put "$file" "${content[$file]}"
+  done
   for file in "${changed[@]}"; do
     echo "changed: $file"
   done
 
-  # Module and modprobe files take effect through the initramfs (on systemd-boot nodes Proxmox's initramfs
-  # hook copies the new image to the ESPs); kernel arguments through the boot loader's own refresh.
-  if ((${#changed[@]} > kernel_changes)) || [[ -e "$STATE/initramfs-pending" ]]; then
-    pending initramfs update-initramfs -u -k all
-  fi
-  if ((kernel_changes)) || [[ -e "$STATE/boot-loader-pending" ]]; then
-    pending boot-loader "${refresh_boot[@]}"
+  # Module and modprobe files take effect through the initramfs (on systemd-boot nodes Proxmox's initramfs hook
+  # copies the new image to the ESPs): rebuilt when pending or when it was built from other files.
+  if [[ -e "$STATE/initramfs-pending" ]] ||
+    [[ "$(cat "$STATE/initramfs-generated" 2>/dev/null || true)" != "$(initramfs_fingerprint)" ]]; then
+    regenerate initramfs update-initramfs -u -k all
+    put_file "$STATE/initramfs-generated" "$(initramfs_fingerprint)"
+    done_regenerating initramfs
   fi
 
-  # A reboot is due only when the running kernel lacks an argument (this or an earlier run changed them).
-  local running missing=() unbound=() reason
+  # Kernel arguments take effect through the boot loader's generated configuration.
+  if [[ "$boot_loader" == grub ]]; then
+    if [[ -e "$STATE/boot-loader-pending" ]] || ! has_args "$(grub_generated)"; then
+      regenerate boot-loader update-grub
+      generated="$(grub_generated)"
+      # A file in /etc/default/grub.d may set the variable again: then no reboot could ever help.
+      has_args "$generated" || die boot-config "${missing[*]} in the first linux line of /boot/grub/grub.cfg after \
+update-grub" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_LINUX_DEFAULT?)"
+      done_regenerating boot-loader
+    fi
+  elif [[ -e "$STATE/boot-loader-pending" ]] ||
+    [[ "$(cat "$STATE/kernel-cmdline-refreshed" 2>/dev/null || true)" != "$(cat "$boot_file")" ]]; then
+    regenerate boot-loader proxmox-boot-tool refresh
+    put_file "$STATE/kernel-cmdline-refreshed" "$(cat "$boot_file")"
+    done_regenerating boot-loader
+  fi
+
+  # A reboot is due only when the running kernel lacks an argument, or a GPU cannot be bound at runtime.
   running="$(cat "$ROOT/proc/cmdline")"
-  for token in "${wanted_args[@]}"; do
-    [[ " $running " == *" $token "* ]] || missing+=("$token")
-  done
-  if ((${#missing[@]} == 0)); then
+  boot_id="$(cat "$ROOT/proc/sys/kernel/random/boot_id" 2>/dev/null || true)"
+  if has_args "$running"; then
     # The IOMMU is on: newly declared GPUs go to vfio-pci now instead of at the next boot.
-    [[ -d "$ROOT/sys/module/vfio_pci" ]] || modprobe vfio-pci || die vfio "modprobe vfio-pci failed"
+    [[ -d "$ROOT/sys/module/vfio_pci" ]] || modprobe vfio-pci || die vfio "modprobe vfio-pci to exit 0" "a failure"
     for fn in "${functions[@]}"; do
       bind_vfio "$fn" || unbound+=("$fn")
     done
@@ -266,32 +386,46 @@ softdep snd_hda_intel pre: vfio-pci"
   elif ((${#unbound[@]})); then
     reason="${unbound[*]} could not be bound to vfio-pci at runtime"
   else
-    rm -f "$MARKER"
+    rm -f "$MARKER" "$SCHEDULED"
     echo "reboot: not-needed"
     return 0
   fi
 
-  mkdir -p "$(dirname "$MARKER")"
-  printf '%s\n' "$reason" >"$MARKER"
+  # A reboot this step scheduled in another boot for this same reason has happened and did not bring what it was
+  # for: rebooting again would bring the same.
+  if [[ -f "$SCHEDULED" ]]; then
+    read -r scheduled_boot scheduled_reason <"$SCHEDULED" || true
+  fi
+  if [[ -n "$scheduled_boot" && "$scheduled_boot" != "$boot_id" && "$scheduled_reason" == "$reason" ]]; then
+    if ((${#missing[@]})); then
+      die reboot "${missing[*]} in /proc/cmdline after the reboot host prep scheduled (boot $scheduled_boot)" \
+        "'$running'; not rebooting again: the node booted something other than what ${refresh_boot[*]} generated \
+(is --boot-loader $boot_loader the one it boots with?); fix that and reboot it yourself, or delete \
+${SCHEDULED#"$ROOT"} to let host prep reboot it again"
+    fi
+    die reboot "${unbound[*]} bound to vfio-pci after the reboot host prep scheduled (boot $scheduled_boot)" \
+      "$(for fn in "${unbound[@]}"; do printf '%s ' "$fn: $(bound_driver "$ROOT/sys/bus/pci/devices/$fn")"; done)\
+; not rebooting again: check what claims them first, then reboot it yourself or delete ${SCHEDULED#"$ROOT"}"
+  fi
+
+  put_file "$MARKER" "$reason"
   if [[ "$reboot_policy" == never ]]; then
     echo "reboot: required ($reason; rebootPolicy never: reboot the node yourself, then run pulumi up again)"
     return 0
   fi
-  local guests=""
   if ! guests="$(running_guests)"; then
     [[ "$reboot_policy" == always ]] ||
-      die reboot "the node needs a reboot ($reason), but its guests cannot be listed (qm list failed); not rebooting"
+      die reboot "the node's guests listed before rebooting it ($reason)" "qm list failing; not rebooting"
     guests="unknown (qm list failed)"
   fi
-  case "$reboot_policy" in
-  when-idle)
-    [[ -z "$guests" ]] || die reboot "the node needs a reboot ($reason), but guests are running: $guests; stop \
-them, or set rebootPolicy: always (or never, and reboot it yourself). The configuration is written; the next run \
-continues from here"
-    ;;
-  esac
+  if [[ "$reboot_policy" == when-idle && -n "$guests" ]]; then
+    die reboot "no running guests before rebooting the node ($reason)" "$guests; stop them, or set rebootPolicy: \
+always (or never, and reboot it yourself). The configuration is written; the next run continues from here"
+  fi
+  # Recorded before it is scheduled: a run cut off in between finds the same boot id and schedules it again.
+  put_file "$SCHEDULED" "$boot_id $reason"
   # Reboot a few seconds after this command returns, so the SSH session ends cleanly first.
-  systemd-run --on-active=5 systemctl reboot
+  systemd-run --on-active=5 systemctl reboot >&2
   echo "reboot: scheduled ($reason${guests:+; running guests go down with it: $guests})"
 }
 

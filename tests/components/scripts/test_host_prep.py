@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.components.scripts.fakehost import A10, A100, GRUB, FakeHost, mutating
+from tests.components.scripts.fakehost import A10, A100, BOOT, GRUB, FakeHost, mutating
 
 MARKER = "run/proxmox-gpu-cluster/reboot-required"
+SCHEDULED = "var/lib/proxmox-gpu-cluster/reboot-scheduled"
+BOOT_ID_1 = "996ad860-2a9a-504f-8861-aeafd0b2ae29"  # the fake's first boot
 
 
 @pytest.fixture
@@ -56,12 +58,17 @@ def test_second_run_after_reboot_changes_nothing(host: FakeHost) -> None:
     assert host.prep(A10).returncode == 0
     host.reboot()
     assert host.driver_of("0000:41:00.0") == "vfio-pci"
-    before = host.snapshot()
+    assert host.generated_cmdline() == f"{BOOT} quiet amd_iommu=on iommu=pt" == host.read("proc/cmdline").strip()
+    before = host.state()
     r = host.prep(A10)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "reboot: not-needed\n"
     assert mutating(r.calls) == [] and r.calls == []
-    assert host.snapshot() == before
+    after = host.state()
+    # the reboot it scheduled came back with the arguments: its record goes, nothing else changes
+    files = before["files"]
+    assert isinstance(files, dict) and files.pop(SCHEDULED).startswith(f"{BOOT_ID_1} the running kernel lacks")
+    assert after == before
     assert not (host.root / MARKER).exists()
 
 
@@ -100,9 +107,9 @@ def test_when_idle_refuses_to_reboot_over_running_guests_and_resumes_later(host:
     r = host.prep(A10)
     assert r.returncode == 1
     assert r.stderr.splitlines()[-1] == (
-        "host-prep: reboot: the node needs a reboot (the running kernel lacks amd_iommu=on iommu=pt), but guests are "
-        "running: VM 3101 (gpu-a100-a), CT 200 (dns); stop them, or set rebootPolicy: always (or never, and reboot "
-        "it yourself). The configuration is written; the next run continues from here"
+        "host-prep: reboot: expected no running guests before rebooting the node (the running kernel lacks "
+        "amd_iommu=on iommu=pt), saw VM 3101 (gpu-a100-a), CT 200 (dns); stop them, or set rebootPolicy: always (or "
+        "never, and reboot it yourself). The configuration is written; the next run continues from here"
     )
     assert reboots(r.calls) == 0
     assert 'amd_iommu=on iommu=pt"' in host.read("etc/default/grub")  # written, refreshed, not applied
@@ -140,20 +147,31 @@ def test_never_reports_the_reboot_and_leaves_it_to_you(host: FakeHost) -> None:
 def test_unlisted_guests_block_a_when_idle_reboot(host: FakeHost) -> None:
     host.write("fake-qm-broken", "")
     r = host.prep(A10)
-    assert r.returncode == 1 and "its guests cannot be listed (qm list failed); not rebooting" in r.stderr
+    assert r.returncode == 1 and r.stderr.splitlines()[-1] == (
+        "host-prep: reboot: expected the node's guests listed before rebooting it (the running kernel lacks "
+        "amd_iommu=on iommu=pt), saw qm list failing; not rebooting"
+    )
     assert reboots(r.calls) == 0
 
 
 def test_an_interrupted_refresh_is_redone_by_the_next_run(host: FakeHost) -> None:
-    host.stub_script("update-grub", "exit 1")
-    assert host.prep(A10).returncode != 0
-    host.stub("update-grub")
+    grub = (host.bin / "update-grub").read_text()
+    host.stub_script("update-grub", 'echo "/usr/sbin/grub-mkconfig: error: out of memory." >&2; exit 1')
+    r = host.prep(A10)
+    assert r.returncode == 1 and r.stderr.splitlines()[-2:] == [
+        "host-prep: boot-loader: expected 'update-grub' to exit 0, saw exit 1 (the next run redoes it; its output "
+        "follows)",
+        "/usr/sbin/grub-mkconfig: error: out of memory.",
+    ]
+    (host.bin / "update-grub").write_text(grub)
     r = host.prep(A10)
     assert r.returncode == 0, r.stderr
     assert not [line for line in r.stdout.splitlines() if line.startswith("changed: ")]  # files were written
     assert "update-grub " in r.calls  # but the refresh had not finished
     assert "update-initramfs -u -k all" not in r.calls  # that one had
     assert mutating(host.prep(A10).calls) == ["systemd-run --on-active=5 systemctl reboot"]  # no reboot yet
+    host.reboot()
+    assert host.read("proc/cmdline") == f"{BOOT} quiet amd_iommu=on iommu=pt\n"
 
 
 def test_all_functions_of_the_card_are_bound(host: FakeHost) -> None:
@@ -177,36 +195,36 @@ def test_systemd_boot_is_detected(host: FakeHost) -> None:
     assert host.read("etc/kernel/cmdline") == "root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on iommu=pt\n"
     assert host.read("etc/default/grub") == GRUB  # not the boot loader in use
     assert "proxmox-boot-tool refresh" in r.calls and not any(c.startswith("update-grub") for c in r.calls)
-    # After the reboot: the arguments are active, vfio-pci is loaded and has the A10.
-    host.write("proc/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on iommu=pt\n")
-    host.write("sys/module/vfio_pci/refcnt", "1\n")
-    (host.root / "sys/bus/pci/devices/0000:41:00.0/driver").unlink()
-    host.link("sys/bus/pci/devices/0000:41:00.0/driver", "../../../bus/pci/drivers/vfio-pci")
+    host.reboot()  # boots the ESP entry proxmox-boot-tool wrote: the arguments are active, vfio-pci has the A10
+    assert host.read("proc/cmdline").endswith(" root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on iommu=pt\n")
+    assert host.driver_of("0000:41:00.0") == "vfio-pci"
     assert mutating(host.prep(A10).calls) == []
 
 
 def test_wrong_model_at_the_path_fails_the_step(host: FakeHost) -> None:
     r = host.prep(("0000:41:00", "10de:20b5"))
     assert r.returncode == 1
-    assert r.stderr.strip() == "host-prep: vfio-ids: 0000:41:00.0 is 10de:2236, the spec expects 10de:20b5"
+    assert (
+        r.stderr.strip() == "host-prep: vfio-ids: expected 10de:20b5 at 0000:41:00.0 (the spec's model), saw 10de:2236"
+    )
     assert reboots(r.calls) == 0
 
 
 def test_missing_device_fails_the_step(host: FakeHost) -> None:
     r = host.prep(("0000:99:00", "10de:2236"))
-    assert r.returncode == 1 and "host-prep: vfio-ids: no PCI device at 0000:99:00.0" in r.stderr
+    assert r.returncode == 1 and r.stderr == "host-prep: vfio-ids: expected a PCI device at 0000:99:00.0, saw none\n"
 
 
 def test_unknown_policy_fails_the_step(host: FakeHost) -> None:
     r = host.prep(A10, policy="sometimes")
     assert r.returncode == 1
     assert (
-        r.stderr.strip() == "host-prep: arguments: --reboot-policy must be when-idle, always or never, got 'sometimes'"
+        r.stderr.strip() == "host-prep: arguments: expected --reboot-policy when-idle, always or never, saw 'sometimes'"
     )
 
 
 def test_spec_strings_are_arguments_not_code(host: FakeHost) -> None:
     # The component quotes every argument; even a hostile one is only ever data to the script.
     r = host.prep(("0000:41:00", "$(touch /tmp/pwned)"))
-    assert r.returncode == 1 and "spec expects $(touch /tmp/pwned)" in r.stderr
+    assert r.returncode == 1 and "expected $(touch /tmp/pwned) at" in r.stderr
     assert not Path("/tmp/pwned").exists()
