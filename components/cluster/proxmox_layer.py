@@ -11,11 +11,13 @@ import pulumi_proxmoxve as proxmoxve
 from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.core.iommu import NodePreflight
 from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.node_agent import install_agent
 from proxmox_gpu_cluster.outputs import item
 from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles
 from proxmox_gpu_cluster.proxmox.host_gpu_prep import ProxmoxHostGpuPrep
 from proxmox_gpu_cluster.proxmox.pci_mapping import GpuPciMappings, run_preflight
 from proxmox_gpu_cluster.proxmox.worker_vm import GpuWorkerVm
+from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class ProxmoxLayer:
     """Node -> which IOMMU isolation check applies: ``plan`` (preflight, now) or ``host-verify`` (after prep)."""
     host_preps: dict[str, ProxmoxHostGpuPrep]
     """Node -> its host prep (nodes with ``hostPrep``)."""
+    host_agents: dict[str, command.remote.CopyToRemote]
+    """Node -> the node agent's copy there, where a step runs on the node (host prep, a large-BAR window)."""
 
 
 def build_proxmox(
@@ -49,6 +53,7 @@ def build_proxmox(
     child = pulumi.ResourceOptions(parent=parent)
     vms: dict[str, GpuWorkerVm] = {}
     preps: dict[str, ProxmoxHostGpuPrep] = {}
+    host_agents: dict[str, command.remote.CopyToRemote] = {}
     for node in spec.proxmox.nodes:
         if not node.passthrough_gpus:
             continue
@@ -64,6 +69,7 @@ def build_proxmox(
                 opts=child,
             )
         after_prep: list[pulumi.Resource] = [prep] if prep is not None else []
+        workers = [w for w in spec.workers if w.node == node.name]
         mappings = GpuPciMappings(
             f"{prefix}-{node.name}-pci",
             node,
@@ -73,9 +79,19 @@ def build_proxmox(
             depends_on=after_prep,
             opts=child,
         )
-        workers = [w for w in spec.workers if w.node == node.name]
         if not workers:
             continue
+        # The node agent for the workers' steps on this node (large-BAR windows in token mode): host prep's copy,
+        # or one of its own, only where such a step runs (a node nothing runs on is never reached over SSH).
+        vm_args = {w.name: adapters.worker_vm(spec, w) for w in workers}
+        agent: pulumi.Resource | None = prep.agent if prep is not None else None
+        if agent is None and any(a.large_bar and not a.password_auth for a in vm_args.values()):
+            connection = ssh_connection(node.ssh_address, spec.proxmox.ssh_user, ssh_private_key)
+            agent = install_agent(
+                f"{prefix}-{node.name}-agent", "host", connection=connection, provider=host_command, parent=parent
+            )
+        if isinstance(agent, command.remote.CopyToRemote):
+            host_agents[node.name] = agent
         files = WorkerBootFiles(
             f"{prefix}-{node.name}-boot-files",
             node.name,
@@ -90,14 +106,17 @@ def build_proxmox(
             own = [mappings.by_gpu[claim.ref] for claim in worker.gpus]
             vms[worker.name] = GpuWorkerVm(
                 f"{prefix}-{worker.name}",
-                adapters.worker_vm(spec, worker),
+                vm_args[worker.name],
                 provider=proxmox,
                 mappings={claim.ref: mappings.by_gpu[claim.ref].name for claim in worker.gpus},
                 vendor_data_file_id=files.vendor_data_file_id,
                 image_file_id=item(files.image_file_ids, url) if url else None,
                 host_command=host_command,
                 ssh_private_key=ssh_private_key,
-                depends_on=[*own, *after_prep],
+                depends_on=[*own, *after_prep, *([agent] if agent is not None else [])],
+                host_agent_installed=agent is not None,
                 opts=child,
             )
-    return ProxmoxLayer(vms=vms, iommu_checks={n: r.check for n, r in preflights.items()}, host_preps=preps)
+    return ProxmoxLayer(
+        vms=vms, iommu_checks={n: r.check for n, r in preflights.items()}, host_preps=preps, host_agents=host_agents
+    )

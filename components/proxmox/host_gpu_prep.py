@@ -41,6 +41,8 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
     """Whether the node still needs a reboot that ``rebootPolicy: never`` left to you."""
     groups: pulumi.Output[dict[str, int]]
     """PCI path -> IOMMU group, as verified on the host."""
+    agent: command.remote.CopyToRemote
+    """The node agent's copy on the node; other steps on the node (large-BAR window, retirement) can wait for it."""
 
     def __init__(
         self,
@@ -57,7 +59,9 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
         super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
         user = ssh_user
         connection = ssh_connection(node.ssh_address, user, ssh_private_key)
-        agent = install_agent(f"{name}-agent", "host", connection=connection, provider=provider, parent=self)
+        agent = self.agent = install_agent(
+            f"{name}-agent", "host", connection=connection, provider=provider, parent=self
+        )
         prep = command.remote.Command(
             f"{name}-prep",
             command.remote.CommandArgs(connection=connection, create=step_command(user, "host-prep", prep_args(node))),

@@ -14,7 +14,8 @@ from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.spec_base import GpuModelKey, HostName, SpecModel
 from proxmox_gpu_cluster.core.worker_spec import Worker
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.render.host_scripts import remote_command, script
+from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
 MMIO_MB = 65536
@@ -111,11 +112,14 @@ class GpuWorkerVm(pulumi.ComponentResource):
         host_command: command.Provider | None = None,
         ssh_private_key: pulumi.Input[str] | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
+        host_agent_installed: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``mappings``: GPU name -> PCI mapping name. ``image_file_id``: the downloaded cloud image (None when
         the worker clones a template). ``host_command``/``ssh_private_key``: used for the large-BAR setting in
-        token mode, through ``qm set`` on the Proxmox node."""
+        token mode, through ``qm set`` on the Proxmox node (the node agent's ``large-bar`` step: installed on the node
+        by this component, ``<name>-host-agent``, unless ``host_agent_installed`` says another did and it is in
+        ``depends_on``)."""
         super().__init__("proxmox-gpu-cluster:worker_vm:GpuWorkerVm", name, None, opts)
         worker = args.worker
         password_mode = args.password_auth
@@ -230,15 +234,24 @@ class GpuWorkerVm(pulumi.ComponentResource):
                 )
                 raise InvalidComponentArgs(name, [problem])
             user = args.node_ssh_user
+            connection = ssh_connection(args.node_ssh_address, user, ssh_private_key)
+            after: list[pulumi.Resource] = [vm]
+            if not host_agent_installed:
+                after.append(
+                    install_agent(
+                        f"{name}-host-agent", "host", connection=connection, provider=host_command, parent=self
+                    )
+                )
             window = command.remote.Command(
                 f"{name}-large-bar",
                 command.remote.CommandArgs(
-                    connection=ssh_connection(args.node_ssh_address, user, ssh_private_key),
-                    create=remote_command(user, [str(worker.vmid), str(MMIO_MB), *(["--address"] if dhcp else [])]),
-                    stdin=script("large_bar.sh"),
+                    connection=connection,
+                    create=step_command(
+                        user, "large-bar", [str(worker.vmid), str(MMIO_MB), *(["--address"] if dhcp else [])]
+                    ),
                 ),
                 # A replaced VM is created stopped again, without the args: set them and start it.
-                opts=pulumi.ResourceOptions(parent=self, provider=host_command, depends_on=[vm], replace_with=[vm]),
+                opts=pulumi.ResourceOptions(parent=self, provider=host_command, depends_on=after, replace_with=[vm]),
             )
             # The VM runs only after this step: a static address is worth connecting to then; a DHCP one is what
             # the guest agent reported once it did (the provider saw a stopped VM, so it has none).

@@ -10,7 +10,7 @@ import pytest
 from proxmox_gpu_cluster.core.names import StackScope, short_hash
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.proxmox.worker_vm import _reported_address
-from proxmox_gpu_cluster.render.agent_bundle import bundle_name
+from proxmox_gpu_cluster.render.agent_bundle import bundle_files, bundle_name
 from proxmox_gpu_cluster.testing import Recording, redact
 from proxmox_gpu_cluster.testing_pci import spec_shaped_pci
 from tests.support import base_spec, make_vm_worker, plan_stack, shared_group
@@ -201,8 +201,14 @@ def test_sharing_and_operator_changes_leave_vms_and_mappings_alone() -> None:
 def test_large_bar_token_mode_uses_qm_set_on_the_host() -> None:
     rec = plan_stack(prepped())
     cmd = rec.named("cluster-mig-1-large-bar").plain_inputs
-    assert cmd["create"] == "bash -s -- 2001 65536 --address" and "X-PciMmio64Mb" in cmd["stdin"]  # mig-1: DHCP
+    large_bar = f"bash .proxmox-gpu-cluster/agent/{bundle_name('large-bar')}/step.sh"
+    assert cmd["create"] == f"{large_bar} 2001 65536 --address" and "stdin" not in cmd  # mig-1: DHCP
+    assert b"X-PciMmio64Mb" in dict(bundle_files("large-bar"))["step.sh"]  # the window is in the installed script
     assert rec.depends_on(rec.named("cluster-mig-1-large-bar"), rec.named("cluster-mig-1-vm"))
+    # It runs the node agent host prep installed on the node (one copy per node, not per worker).
+    assert rec.depends_on(rec.named("cluster-mig-1-large-bar"), rec.named("cluster-pve1-host-prep-agent"))
+    assert [r.name for r in rec.of_type("command:remote:CopyToRemote") if "pve" in r.name] == [
+        "cluster-pve1-host-prep-agent", "cluster-pve2-host-prep-agent"]  # fmt: skip
     vm = rec.named("cluster-mig-1-vm")
     assert "kvmArguments" not in vm.plain_inputs and "kvmArguments" in vm.ignore_changes
     # Created stopped: the large-BAR step sets the window, then starts it: one boot, no restart.
@@ -216,7 +222,8 @@ def test_a_dhcp_large_bar_worker_is_reached_at_the_address_its_first_start_repor
     raw = prepped()
     raw["workers"][0]["network"] = {"ipv4": "dhcp"}
     rec = plan_stack(raw)
-    assert rec.named("cluster-mig-1-large-bar").plain_inputs["create"] == "bash -s -- 2001 65536 --address"
+    large_bar = f"bash .proxmox-gpu-cluster/agent/{bundle_name('large-bar')}/step.sh"
+    assert rec.named("cluster-mig-1-large-bar").plain_inputs["create"] == f"{large_bar} 2001 65536 --address"
     # The bootstrap connects where large_bar.sh's output says, so it waits for that step.
     assert rec.depends_on(rec.named("cluster-mig-1-bootstrap-cloud-init"), rec.named("cluster-mig-1-large-bar"))
     assert _reported_address("large-bar: set; first start\naddress: 10.20.0.57\n") == "10.20.0.57"
@@ -261,3 +268,12 @@ def test_kubevirt_workers_get_a_virtual_iommu(workload: str, machine: str) -> No
     assert vm["machine"] == machine
     assert vm["cpu"]["type"] == "host"  # nested virtualization for the worker's own VMs
     assert rec.named("cluster-mig-1-vm").plain_inputs["machine"] == "q35"
+
+
+def test_without_host_prep_a_node_gets_the_agent_only_where_a_step_runs_on_it() -> None:
+    rec = plan_stack(base_spec())  # no host prep; mig-1/mig-2 (A100, token mode) on pve1, ts-1 (A10) on pve2
+    agents = {r.name for r in rec.of_type("command:remote:CopyToRemote") if "pve" in r.name}
+    assert agents == {"cluster-pve1-agent"}  # pve2 runs no step: nothing reaches it over SSH
+    for worker in ("mig-1", "mig-2"):
+        assert rec.depends_on(rec.named(f"cluster-{worker}-large-bar"), rec.named("cluster-pve1-agent"))
+    assert not [r for r in rec.resources if r.name.endswith("-host-agent")]  # the layer's copy, not one per VM
