@@ -147,7 +147,11 @@ def materialize(kind: str) -> str:
     final = root / f"agent-{kind}-{agent_version(kind)}"
     if _intact(final / AGENT, wanted):
         return str(final / AGENT)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:  # no writable cache (a read-only HOME in a CI container): a private directory of this run's
+        root = Path(tempfile.mkdtemp(prefix="proxmox-gpu-cluster-agent-"))
+        final = root / final.name
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
     for bundle, files in wanted.items():
         (staging / AGENT / bundle).mkdir(parents=True)

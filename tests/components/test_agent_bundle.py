@@ -227,3 +227,18 @@ def test_the_plan_names_the_agent_and_every_steps_fingerprint() -> None:
     lines = agent_lines()
     assert lines[0].startswith(f"guest {agent_version('guest')}: cloud-init {fingerprint('cloud-init')}, driver ")
     assert lines[1].startswith(f"host {agent_version('host')}: host-prep {fingerprint('host-prep')}")
+
+
+def test_without_a_writable_cache_the_copy_goes_to_a_private_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv(agent_bundle.CACHE_ENV, str(blocked / "cache"))
+    materialize.cache_clear()
+    try:
+        path = Path(materialize("host"))
+    finally:
+        materialize.cache_clear()
+    assert path.is_dir() and not str(path).startswith(str(blocked))
+    assert (path.parent.parent.stat().st_mode & 0o777) == 0o700  # mkdtemp: nobody else can plant a bundle there
