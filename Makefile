@@ -5,7 +5,9 @@ BIN    := $(VENV)/bin
 STACK  ?= dev
 STAMP  := $(VENV)/.installed
 
-.PHONY: plan test test-minimum lint typecheck unit bench clean FORCE
+.PHONY: plan test test-all test-minimum lint typecheck unit bench clean FORCE
+# What the unit tests select: the fast ones by default; `make test-all` (and CI) run the slow ones too.
+PYTEST_ARGS ?= -m "not slow"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +31,12 @@ FORCE:
 plan: $(STAMP)
 	$(BIN)/python -m proxmox_gpu_cluster.plan $(STACK)
 
-## Everything: lint, type checks, tests.
+## Lint, type checks and the fast tests (leaves out the tests marked slow).
 test: lint typecheck unit
+
+## Everything, the slow tests included (what CI runs).
+test-all:
+	$(MAKE) test PYTEST_ARGS=
 
 lint: $(STAMP)
 	$(BIN)/ruff check components stacks tests benchmarks examples __main__.py
@@ -41,7 +47,7 @@ typecheck: $(STAMP)
 	for f in __main__.py $(wildcard examples/*/__main__.py); do $(BIN)/mypy "$$f" || exit 1; done
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 ## The test suite once more against the declared dependency floors (constraints/minimum.txt), in .venv-minimum.
 test-minimum: | $(BIN)/python
@@ -49,7 +55,7 @@ test-minimum: | $(BIN)/python
 	.venv-minimum/bin/python -m pip install --quiet --upgrade pip
 	.venv-minimum/bin/python -m pip install --quiet -c constraints/minimum.txt -e '.[test]' --config-settings editable_mode=strict
 	.venv-minimum/bin/python -m pip list --format=freeze | grep -iE '^(pulumi|pydantic|pyyaml)'
-	.venv-minimum/bin/python -m pytest -q -p no:cacheprovider
+	.venv-minimum/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=strict
 
 ## Offline-plan scale benchmark (prints wall time and peak memory for 1..1000 workers).
