@@ -7,7 +7,9 @@
 #          a node with no such label yet (first provisioning) takes no slot.
 #   end:   for a node begin cordoned: wait (bounded) until the label holds the wanted geometry and mig-manager
 #          reports nvidia.com/mig.config.state=success, then uncordon and give the slot back; "failed" fails,
-#          naming the node, the geometry and where to look; the node then stays cordoned and frees its slot.
+#          naming the node, the geometry and where to look; the node then stays cordoned and keeps its slot
+#          (guest_rollout.sh), and the message says how to free it.
+# Both phases are the node agent's cluster.py (mig); this script checks the arguments and writes the kubeconfig.
 #
 # Usage: guest_mig.sh --phase begin|end --mig-config NAME --timeout SECONDS --operator-namespace NS
 #                     --rollout 1 --rollout-node NAME --rollout-api HOST:PORT ... (guest_rollout.sh)
@@ -33,52 +35,17 @@ rollout_check_args
 [[ "$namespace" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--operator-namespace" "a namespace" "'$namespace'"
 ((ROLLOUT)) || fail "--rollout" "1 (a MIG change rolls through a slot)" "0"
 
-node_label() {
-  rollout_kube get node "$ROLLOUT_NODE" -o "jsonpath={.metadata.labels.nvidia\.com/$1}"
-}
-
-begin() {
-  local current
-  current="$(node_label mig.config)"
-  if [[ -z "$current" || "$current" == "$wanted" ]]; then
-    echo "mig: $ROLLOUT_NODE: ${current:-no geometry yet} -> $wanted: nothing to drain"
-    return 0
-  fi
-  rollout_begin "MIG $current -> $wanted"
-}
-
-end() {
-  local waited=0 label state
-  ROLLOUT_SLOT="$(rollout_ours)"
-  if [[ -z "$ROLLOUT_SLOT" ]]; then
-    echo "mig: $ROLLOUT_NODE was not cordoned for a MIG change; nothing to wait for"
-    return 0
-  fi
-  slot_renew
-  while :; do
-    label="$(node_label mig.config)" state="$(node_label mig.config.state)"
-    if [[ "$label" == "$wanted" && "$state" == success ]]; then
-      break
-    elif [[ "$label" == "$wanted" && "$state" == failed ]]; then
-      fail "nvidia.com/mig.config.state" "success for $wanted on $ROLLOUT_NODE" \
-        "failed: see kubectl logs -n $namespace -l app=nvidia-mig-manager --tail=100 (a GPU process still running, or a geometry the GPU refuses)"
-    elif ((waited >= timeout)); then
-      fail "nvidia.com/mig.config.state" "success for $wanted on $ROLLOUT_NODE within ${timeout}s" \
-        "label ${label:-none}, state ${state:-none} (is mig-manager running in $namespace?)"
-    fi
-    sleep "$ROLLOUT_POLL"
-    waited=$((waited + ROLLOUT_POLL))
-  done
-  echo "mig: $ROLLOUT_NODE runs $wanted (mig-manager: success)"
-  rollout_end
-}
-
 main() {
+  # One step at a time on a machine (the per-machine lock of guest_lib.sh, where this version has it).
+  if declare -F guest_begin >/dev/null; then
+    guest_begin
+  fi
   if ! rollout_joined; then
     echo "mig: $ROLLOUT_NODE has not joined; nothing to roll"
     return 0
   fi
-  "$phase"
+  rollout_agent mig --phase "$phase" --mig-config "$wanted" --timeout "$timeout" --operator-namespace "$namespace" ||
+    exit
 }
 
 main "$@" </dev/null

@@ -5,9 +5,12 @@
 #
 # Usage: retire_vm.sh --vmid N --node-name NAME --timeout SECONDS [--check 0|1] -- GUEST-ARGS...
 # Stdin starts with two shell assignments: PGC_KUBECONFIG (the admin kubeconfig, a secret) and PGC_GUEST_SCRIPT
-# (guest_lib.sh + guest_drain.sh). Both reach the guest on the agent's stdin, never as arguments or environment.
+# (guest_lib.sh + guest_drain.sh). Both reach the guest on the agent's stdin, never as arguments or environment,
+# with the node agent's cluster.py as PGC_AGENT_CLUSTER_PY (the drain's logic, which a guest set up before the agent
+# existed does not have): the same assignment on this script's stdin, else the file next to this script.
 # --check 1 (the create step) only proves the agent answers, so a later retire will reach the guest.
 set -euo pipefail
+PGC_AGENT_DIR="${PGC_AGENT_DIR:-$(dirname "${BASH_SOURCE[0]:-.}")}"
 
 vmid="" node_name="" timeout="" check=0 guest_args=()
 while (($#)); do
@@ -30,7 +33,7 @@ while (($#)); do
 done
 
 fail() {
-  echo "retire: $1: expected $2, seen $3" >&2
+  echo "retire: $1: expected $2, saw $3" >&2
   exit 1
 }
 
@@ -56,7 +59,7 @@ main() {
   [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
   [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
   [[ "$(id -u)" == 0 ]] || fail "user" "root (qm guest exec is root-only)" "$(id -un)"
-  local status result code
+  local status result code agent="${PGC_AGENT_CLUSTER_PY:-}"
   status="$(qm status "$vmid" 2>&1)" || warn_and_leave "VM $vmid is not on this node (${status//$'\n'/ })"
   [[ "$status" == *"status: running"* ]] || warn_and_leave "VM $vmid is not running (${status//$'\n'/ })"
   timeout 30 qm guest cmd "$vmid" ping >/dev/null 2>&1 || warn_and_leave "VM $vmid's guest agent does not answer"
@@ -64,14 +67,19 @@ main() {
     echo "retire: ready: VM $vmid ($node_name) answers through its guest agent"
     return 0
   fi
+  [[ -n "$agent" || ! -f "$PGC_AGENT_DIR/cluster.py" ]] || agent="$(cat "$PGC_AGENT_DIR/cluster.py")"
   # The agent's own limit comes after the drain's, so the guest reports a drain timeout itself.
   result="$({
     printf 'PGC_KUBECONFIG=%q\n' "${PGC_KUBECONFIG:-}"
+    printf 'PGC_AGENT_CLUSTER_PY=%q\n' "$agent"
     printf '%s\n' "${PGC_GUEST_SCRIPT:-}"
   } | qm guest exec "$vmid" --pass-stdin 1 --timeout "$((timeout + 180))" -- bash -s -- "${guest_args[@]}")" ||
     warn_and_leave "qm guest exec on VM $vmid failed"
-  printf '%s' "$(json_field out-data <<<"$result")"
-  printf '%s' "$(json_field err-data <<<"$result")" >&2
+  local out err
+  out="$(json_field out-data <<<"$result")"
+  err="$(json_field err-data <<<"$result")"
+  [[ -z "$out" ]] || printf '%s\n' "$out"
+  [[ -z "$err" ]] || printf '%s\n' "$err" >&2
   [[ "$(json_field exited <<<"$result")" == 1 ]] ||
     fail "guest exec" "the retire step to finish within $((timeout + 180))s" "it still runs in VM $vmid"
   code="$(json_field exitcode <<<"$result")"

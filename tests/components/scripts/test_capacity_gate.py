@@ -76,8 +76,8 @@ def test_times_out_naming_node_expected_seen_and_cause(tmp_path: Path, labels: d
     result = gate(root, {"nvidia.com/mig-1g.5gb": 7}, timeout=30, config="time-slicing-4-abc")
     assert result.returncode == 1
     assert result.stderr.startswith(
-        "guest-bootstrap: capacity: node gpu-1 allocatable: expected nvidia.com/mig-1g.5gb=7, "
-        "seen nvidia.com/mig-1g.5gb=2 after 30s; likely: "
+        "capacity: node gpu-1 allocatable: expected nvidia.com/mig-1g.5gb=7, "
+        "saw nvidia.com/mig-1g.5gb=2 after 30s; likely: "
     )
     assert cause in result.stderr
     assert sum(c.startswith("sleep") for c in result.calls) == 3  # bounded: 30 s at 10 s intervals, 4 reads
@@ -96,7 +96,7 @@ def test_an_unlabelled_node_points_at_the_operator(tmp_path: Path) -> None:
     bare = {"metadata": {"name": "gpu-1", "labels": {}}, "status": {"allocatable": {}}}
     result = gate(guest(tmp_path, [bare]), {"nvidia.com/gpu": 1}, timeout=10)
     assert "the GPU Operator has not labelled this node yet" in result.stderr
-    assert "seen nvidia.com/gpu=0" in result.stderr
+    assert "saw nvidia.com/gpu=0" in result.stderr
 
 
 def test_an_unreachable_api_server_is_the_cause_after_the_timeout(tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_an_unreachable_api_server_is_the_cause_after_the_timeout(tmp_path: Path
 def test_a_node_that_has_not_joined_fails_at_once(tmp_path: Path) -> None:
     result = gate(guest(tmp_path, [node({})], kubelet_conf=False), {"nvidia.com/gpu": 1})
     assert result.returncode == 1 and result.calls == []
-    assert "kubelet credential: expected /etc/kubernetes/kubelet.conf (the node has joined), seen no such file" in (
+    assert "kubelet credential: expected /etc/kubernetes/kubelet.conf (the node has joined), saw no such file" in (
         result.stderr
     )
 

@@ -1,5 +1,7 @@
 """A MIG geometry change on a live node (guest_mig.sh): drained through a rollout slot before the label changes,
-uncordoned only once mig-manager reports success; a failure names the node, the geometry and where to look."""
+uncordoned only once mig-manager reports success; a failure names the node, the geometry and where to look, and the
+node stays cordoned keeping its slot until a later end passes. Run as machines run it: the agent bundle's step.sh
+with the kubeconfig on stdin."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
-from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, assignments, mig_args, mig_script
+from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, mig_args
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import FakeCluster, Pod
 from tests.components.scripts.fakeroot import Result
+from tests.components.scripts.test_rollout import held
 from tests.support import external
 
+SLOT0 = "proxmox-gpu-cluster-rollout-0"
 KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user: {token: CANARY-MIG-TOKEN}\n"
 NODE = "gpu-a100-a"
 OLD, NEW = "all-1g.5gb", "all-3g.20gb"
@@ -51,8 +55,8 @@ def guest(tmp_path: Path, cluster: FakeCluster) -> FakeGuest:
 
 
 def phase(guest: FakeGuest, name: str, wanted: str = NEW, timeout: int = 300) -> Result:
-    text = assignments({KUBECONFIG_VAR: KUBECONFIG}) + mig_script()
-    return guest.run_stdin(text, *mig_args(B, name, wanted, timeout, "gpu-operator"))
+    args = mig_args(B, name, wanted, timeout, "gpu-operator")
+    return guest.run_bundle("mig", *args, secrets={KUBECONFIG_VAR: KUBECONFIG})
 
 
 def mig_manager(cluster: FakeCluster, state: str, delay: float = 0.5) -> threading.Thread:
@@ -85,7 +89,7 @@ def test_a_geometry_change_drains_first_and_uncordons_after_success(guest: FakeG
     assert f"mig: {NODE} runs {NEW} (mig-manager: success)" in end.stdout
     assert f"rollout: uncordoned {NODE}" in end.stdout
     state = cluster.state()
-    assert state["cordoned"] == [] and state["leases"] == {}
+    assert state["cordoned"] == [] and held(cluster) == {}
     assert [e[1] for e in state["events"]] == ["lease", "cordon", "lease", "lease", "uncordon", "release"]
     assert "CANARY-MIG-TOKEN" not in begin.stdout + begin.stderr + end.stdout + end.stderr
 
@@ -107,12 +111,19 @@ def test_a_failed_repartition_fails_and_leaves_the_node_cordoned(guest: FakeGues
     manager.join()
     assert end.returncode == 1
     assert (
-        f"guest-bootstrap: mig: nvidia.com/mig.config.state: expected success for {NEW} on {NODE}, seen failed: see "
+        f"mig: nvidia.com/mig.config.state: expected success for {NEW} on {NODE}, saw failed: see "
         "kubectl logs -n gpu-operator -l app=nvidia-mig-manager"
-    ) in end.stderr
-    assert f"rollout: {NODE} stays cordoned after this failure; its slot is free for the other nodes" in end.stderr
-    state = cluster.state()
-    assert state["cordoned"] == [NODE] and state["leases"] == {}
+    ) in end.stderr.splitlines()[0]
+    assert f"rollout: {NODE} stays cordoned and keeps its slot {SLOT0} until a later run passes; free it with: " in (
+        end.stderr
+    )
+    assert len(end.stderr.splitlines()) == 2  # the failure line, then what is left as it is
+    assert cluster.state()["cordoned"] == [NODE] and held(cluster) == {SLOT0: NODE}
+    # Fixed (mig-manager retried and succeeded): the end step run again uncordons and gives the slot back.
+    cluster.set_labels(NODE, **{"nvidia.com/mig.config.state": "success"})
+    again = phase(guest, "end")
+    assert again.returncode == 0, again.stderr
+    assert cluster.state()["cordoned"] == [] and held(cluster) == {}
 
 
 def test_a_repartition_that_never_settles_fails_in_bounded_time(guest: FakeGuest, cluster: FakeCluster) -> None:
@@ -120,4 +131,4 @@ def test_a_repartition_that_never_settles_fails_in_bounded_time(guest: FakeGuest
     cluster.set_labels(NODE, **{"nvidia.com/mig.config": NEW, "nvidia.com/mig.config.state": "pending"})
     end = phase(guest, "end", timeout=1)
     assert end.returncode == 1
-    assert f"expected success for {NEW} on {NODE} within 1s, seen label {NEW}, state pending" in end.stderr
+    assert f"expected success for {NEW} on {NODE} within 1s, saw label {NEW}, state pending" in end.stderr

@@ -2,10 +2,11 @@
 against one fake API server that keeps the slots (Leases), cordons and pods.
 
 Covered: a driver bump on a joined node (slot, cordon, drain, install, reboot, verify, uncordon, slot given back);
-a first provisioning and an unchanged node take no slot; a failed verify leaves the node cordoned with its slot
-given back; a drain a PodDisruptionBudget blocks changes nothing; an expired slot is taken over, a live one is
-waited for (bounded, naming the holder); and N nodes rolled at once never have more than maxUnavailable between
-cordon and uncordon.
+a first provisioning and an unchanged node take no slot; a failed verify leaves the node cordoned and keeping its
+slot (the message says how to free it) until a later run passes; a drain a PodDisruptionBudget blocks changes
+nothing on the machine; an expired slot is taken over, a live one is waited for (bounded, naming the holder); and N
+nodes rolled at once never have more than maxUnavailable between cordon and uncordon. The agent's own tests are in
+tests/agent/.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def spec(node: str, version: str, max_unavailable: int = 1, wait: int = 600) -> 
             "rollout": {"maxUnavailable": max_unavailable, "waitSeconds": wait, "drainTimeoutSeconds": 60},
         }
     )  # fmt: skip
+
+
+def held(cluster: FakeCluster) -> dict[str, str]:
+    """Slot -> holder of every held slot (a released slot keeps its Lease, with no holder)."""
+    leases = cluster.state()["leases"].items()
+    return {name: holder for name, lease in leases if (holder := lease["spec"].get("holderIdentity"))}
 
 
 def run(guest: FakeGuest, step: str, b: GuestBootstrapSpec) -> Result:
@@ -90,7 +97,7 @@ def test_a_driver_bump_on_a_joined_node_rolls_through_a_slot(tmp_path: Path, clu
     assert verify.returncode == 0, verify.stderr
     assert "rollout: uncordoned gpu-a" in verify.stdout and "rollout: released slot" in verify.stdout
     state = cluster.state()
-    assert state["cordoned"] == [] and state["leases"] == {} and state["annotations"]["gpu-a"] == {}
+    assert state["cordoned"] == [] and held(cluster) == {} and state["annotations"]["gpu-a"] == {}
     assert [p["name"] for p in state["pods"]] == ["serve-0"]  # gpu-a's pod was evicted, gpu-b's stays
     # The lease is written when taken, renewed after the drain and when verify starts, then released.
     assert [e[1:] for e in state["events"]] == [
@@ -115,20 +122,36 @@ def test_first_provisioning_and_an_unchanged_node_take_no_slot(tmp_path: Path, c
     assert cluster.state()["events"] == []
 
 
-def test_a_failed_verify_leaves_the_node_cordoned_and_frees_its_slot(tmp_path: Path, cluster: FakeCluster) -> None:
+SLOT0 = "proxmox-gpu-cluster-rollout-0"
+FREE_IT = (
+    f"free it with: kubectl annotate node gpu-a proxmox-gpu-cluster.io/rollout- && kubectl -n kube-system delete "
+    f"lease {SLOT0}"
+)
+
+
+def test_a_failed_verify_leaves_the_node_cordoned_and_keeping_its_slot(tmp_path: Path, cluster: FakeCluster) -> None:
     guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
     guest.write("fake-gpus", "")  # the GPU fell off the bus across the reboot
     driver, verify = roll(guest, "gpu-a", NEW)
     assert driver.returncode == 0 and verify.returncode == 1
-    assert "guest-bootstrap: verify: nvidia-smi -L: expected" in verify.stderr
-    assert "rollout: gpu-a stays cordoned after this failure; its slot is free for the other nodes" in verify.stderr
-    state = cluster.state()
-    assert state["cordoned"] == ["gpu-a"] and state["leases"] == {}
-    # Fixed and run again: verify passes, the node it cordoned is uncordoned.
+    assert "verify: nvidia-smi -L: expected" in verify.stderr
+    assert f"rollout: gpu-a stays cordoned and keeps its slot {SLOT0} until a later run passes; {FREE_IT}" in (
+        verify.stderr
+    )
+    assert cluster.state()["cordoned"] == ["gpu-a"] and held(cluster) == {SLOT0: "gpu-a"}
+    # It keeps counting against maxUnavailable: another node waits for it, and is told why.
+    other = joined_guest(tmp_path / "b", cluster, "gpu-b")
+    blocked = run(other, "driver", spec("gpu-b", NEW, wait=0))
+    assert blocked.returncode == 1 and cluster.state()["cordoned"] == ["gpu-a"]
+    assert (
+        f"rollout: slot for gpu-b: expected one of 1 free within 0s, saw held by gpu-a (cordoned after a failed "
+        f"change: kubectl annotate node gpu-a"
+    ) in blocked.stderr
+    # Fixed and run again: verify passes, the node is uncordoned and its slot given back.
     guest.write("fake-gpus", "GPU 0: NVIDIA A10 (UUID: GPU-7f1c2a80-0000-0000-0000-000000000001)\n")
     again = run(guest, "verify", spec("gpu-a", NEW))
     assert again.returncode == 0 and "rollout: uncordoned gpu-a" in again.stdout
-    assert cluster.state()["cordoned"] == []
+    assert cluster.state()["cordoned"] == [] and held(cluster) == {}
 
 
 def test_a_blocked_drain_changes_nothing(tmp_path: Path, cluster: FakeCluster) -> None:
@@ -137,11 +160,14 @@ def test_a_blocked_drain_changes_nothing(tmp_path: Path, cluster: FakeCluster) -
     guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
     driver = run(guest, "driver", spec("gpu-a", NEW))
     assert driver.returncode == 1
-    assert "guest-bootstrap: driver: drain: expected no pods left on gpu-a within 60s" in driver.stderr
-    assert "disruption budget" in driver.stderr and "nothing was changed" in driver.stderr
+    assert driver.stderr.startswith(
+        "rollout: pods on gpu-a: expected none left within 60s, saw ml/train-0 (a PodDisruptionBudget refuses its "
+        "eviction); nothing on the machine was changed yet"
+    )
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in driver.stderr  # kubectl's own
+    assert f"rollout: gpu-a stays cordoned and keeps its slot {SLOT0}" in driver.stderr
     assert guest.installed("nvidia-headless-580-server-open").startswith(OLD)  # type: ignore[union-attr]
-    state = cluster.state()
-    assert state["cordoned"] == ["gpu-a"] and state["leases"] == {}
+    assert cluster.state()["cordoned"] == ["gpu-a"] and held(cluster) == {SLOT0: "gpu-a"}
 
 
 def lease(holder: str, age: int, seconds: int = 3600) -> dict[str, object]:
@@ -165,7 +191,7 @@ def test_an_expired_slot_is_taken_over_and_a_live_one_waited_for(tmp_path: Path,
     waiting.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
     blocked = run(waiting, "driver", spec("gpu-a", NEW, wait=0))
     assert blocked.returncode == 1
-    assert "rollout slot: expected one of 1 free within 0s, seen held by gpu-b" in blocked.stderr
+    assert "rollout: slot for gpu-a: expected one of 1 free within 0s, saw held by gpu-b (pulumi up" in blocked.stderr
     assert cluster.state()["cordoned"] == []  # nothing was touched while waiting
 
 
@@ -184,7 +210,8 @@ def test_concurrent_nodes_never_exceed_max_unavailable(tmp_path: Path, max_unava
         assert driver.returncode == verify.returncode == 0, (node, driver.stderr, verify.stderr)
         assert guests[node].installed("nvidia-headless-580-server-open").startswith(NEW)  # type: ignore[union-attr]
     state = cluster.state()
-    assert state["cordoned"] == [] and state["leases"] == {}
+    assert state["cordoned"] == [] and held(cluster) == {}
+    assert state["peak"] == max_unavailable  # cordoned by a rollout at once, checked after every API request
     out_of_service, peak = set(), 0
     for _, what, node in sorted(state["events"]):
         if what == "cordon":
@@ -212,7 +239,7 @@ def test_a_switch_to_vm_workloads_rolls_too(tmp_path: Path, cluster: FakeCluster
     guest.reboot()
     verify = run(guest, "verify", vfio)
     assert verify.returncode == 0, verify.stderr
-    assert "rollout: uncordoned gpu-a" in verify.stdout and cluster.state()["leases"] == {}
+    assert "rollout: uncordoned gpu-a" in verify.stdout and held(cluster) == {}
 
 
 def test_an_unchanged_joined_node_does_not_even_ask_the_api_server(tmp_path: Path, cluster: FakeCluster) -> None:

@@ -1,0 +1,399 @@
+"""The node steps' side of the Kubernetes API: rollout slots, cordon and drain, MIG begin/end, the retirement
+drain. Runs on the machine (python3 3.10+, stdlib only, copied there alone); talks to the API server only through
+kubectl (argv lists), with the admin kubeconfig only as the path of the mode-600 file the step's shell wrote.
+
+    cluster.py rollout joined|begin|resume|end|cleanup --node N --api HOST:PORT --kubeconfig FILE [--why TEXT ...]
+    cluster.py mig --phase begin|end --mig-config NAME --timeout S --operator-namespace NS <rollout flags>
+    cluster.py retire --node-name N --api-endpoint HOST:PORT --kubeconfig FILE --timeout S [...]
+
+A failure prints ``<step>: <what>: expected <x>, saw <y>`` (the tool's output below) and exits 1; ``rollout joined``
+exits 3 for a node not in the cluster. Slots are Leases kube-system/proxmox-gpu-cluster-rollout-<i> (i <
+maxUnavailable, holderIdentity = node name), taken by an atomic create or a replace at the resourceVersion read:
+a free one, this node's, or an expired one whose holder is not cordoned for it. The node's annotation
+proxmox-gpu-cluster.io/rollout=<slot>, set at the Node's resourceVersion, marks it as cordoned by a rollout and
+settles two runs for one node on one slot. Only the holder releases a slot (a replace to no holder): idempotent. A
+node a failed change left cordoned keeps its slot until a later run passes or an operator frees it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+UTC = datetime.timezone.utc  # noqa: UP017 (datetime.UTC is 3.11+)
+
+NS = "kube-system"
+ANNOTATION = "proxmox-gpu-cluster.io/rollout"
+MANAGED = {"app.kubernetes.io/managed-by": "proxmox-gpu-cluster"}
+SLOT_PREFIX = "proxmox-gpu-cluster-rollout-"
+NOT_JOINED = 3
+_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # MicroTime, as the API server writes it
+_NO_ANSWER = re.compile(r"refused|Unable to connect|i/o timeout|no such host|deadline exceeded|Client.Timeout|EOF")
+
+
+class Failure(Exception):
+    """One failure line, ``<step>: <what>: expected <x>, saw <y>``, and the tool's output shown below it."""
+
+    def __init__(self, step: str, what: str, expected: str, saw: str, output: str = "") -> None:
+        super().__init__(f"{step}: {what}: expected {expected}, saw {saw}")
+        self.output = output.strip()
+
+
+def say(line: str, err: bool = False) -> None:
+    print(line, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def pause(seconds: int) -> None:
+    """Wait through the sleep command, like the shell steps (a stub on PATH shortens it in tests)."""
+    subprocess.run(["sleep", str(seconds)], check=False)
+
+
+class Kube:
+    """kubectl with a kubeconfig file, at ``server`` (https://HOST:PORT) when given, bounded per request."""
+
+    def __init__(self, step: str, kubeconfig: str, server: str | None = None, *, timeout: str = "30s",
+                 command: Sequence[str] = ("kubectl",), env: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.step, self.kubeconfig, self.server, self.timeout = step, kubeconfig, server, timeout
+        self.command, self.env = list(command), env
+
+    def call(self, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+        argv = [*self.command, "--kubeconfig", self.kubeconfig]
+        argv += ["--server", f"https://{self.server}"] if self.server else []
+        argv += [f"--request-timeout={self.timeout}", *args]
+        feed: dict[str, Any] = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=self.env, **feed)
+        except FileNotFoundError:
+            return 127, "", f"{self.command[0]}: command not found"
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def __call__(self, *args: str) -> str:
+        code, out, err = self.call(*args)
+        if code:
+            raise self.failure(args, code, err or out)
+        return out
+
+    def json(self, *args: str) -> Any:
+        out = self(*args, "-o", "json")
+        return json.loads(out) if out.strip() else None
+
+    def failure(self, args: Sequence[str], code: int, output: str) -> Failure:
+        text = output.strip()
+        last = text.splitlines()[-1] if text else f"exit code {code}"
+        saw = "Unauthorized (the API server refused the credentials)" if "Unauthorized" in text else last
+        saw = f"no answer ({last})" if _NO_ANSWER.search(text) else saw
+        where = f" at https://{self.server}" if self.server else ""
+        what = "kubectl " + " ".join(a for a in args[:3] if not a.startswith("-"))
+        return Failure(self.step, what, f"an answer from the API server{where}", saw, text)
+
+
+def metadata(obj: dict[str, Any] | None, kind: str = "annotations") -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get(kind) or {})
+
+
+def cordoned(obj: dict[str, Any] | None) -> bool:
+    return bool(((obj or {}).get("spec") or {}).get("unschedulable"))
+
+
+@dataclass
+class Slot:
+    name: str
+    holder: str = ""  # holderIdentity: a node name, or "" for a free slot (released, or no Lease at all)
+    expired: bool = True
+    version: str | None = None  # the Lease's resourceVersion, None when there is no Lease object
+    acquired: str | None = None
+
+
+def lease(slot: Slot, holder: str, seconds: int) -> dict[str, Any]:
+    now = datetime.datetime.now(UTC).strftime(_TIME)
+    meta: dict[str, Any] = {"name": slot.name, "namespace": NS, "labels": dict(MANAGED)}
+    if slot.version is not None:
+        meta["resourceVersion"] = slot.version
+    spec: dict[str, Any] = {"leaseDurationSeconds": seconds, "renewTime": now}
+    if holder:  # acquireTime: when this holder took it
+        spec.update(holderIdentity=holder, acquireTime=(slot.holder == holder and slot.acquired) or now)
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+
+
+def drain(kube: Kube, node: str, timeout: int, *, emptydir: bool, force: bool, advice: str) -> None:
+    """kubectl drain (evictions: kubectl retries one a PodDisruptionBudget refuses, HTTP 429, until --timeout); on
+    failure, a Failure naming every pod still on the node and why it stayed."""
+    flags = ["--ignore-daemonsets", f"--timeout={timeout}s"]
+    flags += (["--delete-emptydir-data"] if emptydir else []) + (["--force"] if force else [])
+    code, out, err = kube.call("drain", node, *flags)
+    if code == 0:
+        return
+    output = (out + err).strip()
+    if "evict" not in output and "drain" not in output:
+        raise kube.failure(["drain", node], code, output)
+    blocked = {f"{ns}/{pod}" for pod, ns in re.findall(r'pods/"([^"]+)" -n "([^"]+)".*disruption budget', output)}
+    bare = set(next(iter(re.findall(r"use --force to override\): (.*)", output)), "").split(","))
+    pods = []
+    listing = kube.json("get", "pods", "--all-namespaces", "--field-selector", f"spec.nodeName={node}") or {}
+    for item in listing.get("items", []):
+        meta = item.get("metadata") or {}
+        owners = [o.get("kind") for o in meta.get("ownerReferences") or []]
+        if "DaemonSet" in owners or "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+            continue
+        name = f"{meta.get('namespace')}/{meta.get('name')}"
+        if name in blocked:
+            name += " (a PodDisruptionBudget refuses its eviction)"
+        elif name in bare:
+            name += " (no controller: kubernetes.drain.force deletes it)"
+        pods.append(name)
+    saw = ", ".join(pods) or output.splitlines()[-1]
+    raise Failure(kube.step, f"pods on {node}", f"none left within {timeout}s", f"{saw}; {advice}", output)
+
+
+class Rollout:
+    """The rolling-change slots of one node (see the module's docstring)."""
+
+    def __init__(self, kube: Kube, node: str, *, max_unavailable: int = 1, lease_seconds: int = 3600,
+                 wait_seconds: int = 21600, drain_timeout: int = 600, emptydir: int = 1, force: int = 0,
+                 poll: int = 5, sleep: Callable[[int], None] = pause) -> None:  # fmt: skip
+        self.kube, self.node, self.max, self.lease_seconds = kube, node, max_unavailable, lease_seconds
+        self.wait, self.drain_timeout, self.emptydir, self.force = wait_seconds, drain_timeout, emptydir > 0, force > 0
+        self.poll, self.sleep, self.names = poll, sleep, [f"{SLOT_PREFIX}{i}" for i in range(max_unavailable)]
+
+    def node_object(self, name: str = "", required: bool = True) -> dict[str, Any] | None:
+        obj: dict[str, Any] | None = self.kube.json("get", "node", name or self.node, "--ignore-not-found")
+        if obj is None and required:
+            raise Failure("rollout", f"node {name or self.node}", "its Node object", "none (not in the cluster)")
+        return obj
+
+    def slots(self) -> dict[str, Slot]:
+        """Every slot below maxUnavailable (free when there is no Lease) and every other slot Lease, by name."""
+        found = {name: Slot(name) for name in self.names}
+        now, items = datetime.datetime.now(UTC), (self.kube.json("get", "leases", "-n", NS) or {}).get("items", [])
+        for item in (i for i in items if i["metadata"]["name"].startswith(SLOT_PREFIX)):
+            meta, spec = item["metadata"], item.get("spec") or {}
+            stamp = spec.get("renewTime") or spec.get("acquireTime")
+            seen = datetime.datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC) if stamp else None
+            age = (now - seen).total_seconds() if seen else float("inf")
+            found[meta["name"]] = Slot(
+                meta["name"], spec.get("holderIdentity") or "", age > int(spec.get("leaseDurationSeconds") or 0),
+                meta["resourceVersion"], spec.get("acquireTime"),
+            )  # fmt: skip
+        return found
+
+    def protected(self, slot: Slot) -> bool:
+        """Its holder is still cordoned for it (a failed change): expiry does not free it."""
+        holder = self.node_object(slot.holder, required=False)
+        return metadata(holder).get(ANNOTATION) == slot.name and cordoned(holder)
+
+    def write(self, slot: Slot, holder: str) -> bool:
+        """Atomically hold ``slot`` as ``holder`` ("" releases it): False when another write came first."""
+        verb = "create" if slot.version is None else "replace"
+        code, out, err = self.kube.call(verb, "-f", "-", stdin=json.dumps(lease(slot, holder, self.lease_seconds)))
+        if code and not re.search(r"\((AlreadyExists|Conflict|NotFound)\)", err):
+            raise self.kube.failure([verb, "lease", slot.name], code, err or out)
+        return code == 0
+
+    def take(self) -> str | None:
+        """One attempt: the slot this node now holds and is marked with, or None when every slot is taken."""
+        for _ in range(5):
+            node = self.node_object()
+            marked = metadata(node).get(ANNOTATION, "")
+            slots = sorted(self.slots().values(), key=lambda s: (s.name != marked, s.holder != self.node, s.name))
+            claimed = next((s.name for s in slots if self.eligible(s) and self.write(s, self.node)), None)
+            if claimed is None or claimed == marked:
+                return claimed
+            version = ((node or {}).get("metadata") or {}).get("resourceVersion", "")
+            code, out, err = self.kube.call("annotate", "node", self.node, "--overwrite", f"{ANNOTATION}={claimed}",
+                                            f"--resource-version={version}")  # fmt: skip
+            if code == 0:
+                return claimed
+            if "(Conflict)" not in err:
+                raise self.kube.failure(["annotate", "node", self.node], code, err or out)
+            now_marked = metadata(self.node_object()).get(ANNOTATION, "")
+            if now_marked and now_marked != claimed:  # another run for this node won: give this claim back
+                self.release(claimed)
+        return None
+
+    def eligible(self, slot: Slot) -> bool:
+        free = not slot.holder or (slot.expired and not self.protected(slot))
+        return slot.holder == self.node or (slot.name in self.names and free)
+
+    def free_command(self, node: str, slot: str) -> str:
+        return f"kubectl annotate node {node} {ANNOTATION}- && kubectl -n {NS} delete lease {slot}"
+
+    def holders(self) -> str:
+        held = ", ".join(
+            f"{s.holder} (cordoned after a failed change: {self.free_command(s.holder, s.name)})"
+            if s.holder and self.protected(s) else s.holder or "free"
+            for s in self.slots().values() if s.name in self.names
+        )  # fmt: skip
+        return f"held by {held} (pulumi up --parallel must exceed kubernetes.drain.maxUnavailable)"
+
+    def begin(self, why: str) -> None:
+        """Take a slot (bounded wait), mark, cordon and drain the node, then renew the slot."""
+        waited = 0
+        slot = self.take()
+        while slot is None:
+            if waited >= self.wait:
+                raise Failure("rollout", f"slot for {self.node}", f"one of {self.max} free within {self.wait}s",
+                              self.holders())  # fmt: skip
+            self.sleep(self.poll)
+            waited += self.poll
+            slot = self.take()
+        say(f"rollout: {self.node} took slot {slot} ({why})")
+        self.kube("cordon", self.node)
+        say(f"rollout: cordoned {self.node}")
+        advice = "nothing on the machine was changed yet: move or relax what blocks it, then run pulumi up again"
+        drain(self.kube, self.node, self.drain_timeout, emptydir=self.emptydir, force=self.force, advice=advice)
+        say(f"rollout: drained {self.node}")
+        self.resume()
+
+    def resume(self) -> None:
+        """Renew the slot of a node cordoned by a rollout (or take it again when it was freed meanwhile)."""
+        marked = metadata(self.node_object()).get(ANNOTATION, "")
+        if not marked:
+            return
+        slot = self.slots().get(marked) or Slot(marked)
+        if slot.holder in ("", self.node) and self.write(slot, self.node):
+            if slot.holder != self.node:
+                say(f"rollout: {self.node} took its slot {marked} again")
+            return
+        say(f"rollout: warning: {self.node} is cordoned for slot {marked}, which {slot.holder or 'nobody'} holds")
+
+    def release(self, name: str, *, err: bool = False) -> bool:
+        """Give ``name`` back when this node holds it; a slot it does not hold is never touched."""
+        for _ in range(3):
+            slot = self.slots().get(name)
+            if slot is None or slot.holder != self.node:
+                return False
+            if self.write(slot, ""):
+                say(f"rollout: released slot {name}", err=err)
+                return True
+        return False
+
+    def end(self) -> None:
+        """After a passed change: uncordon a node cordoned by a rollout and give back every slot it holds."""
+        if metadata(self.node_object()).get(ANNOTATION):
+            self.kube("uncordon", self.node)
+            self.kube("annotate", "node", self.node, f"{ANNOTATION}-")
+            say(f"rollout: uncordoned {self.node}")
+        for slot in self.slots().values():
+            if slot.holder == self.node:
+                self.release(slot.name)
+
+    def cleanup(self) -> None:
+        """After a failed step, say what is true: a node cordoned by the rollout keeps its slot; any other slot this
+        node holds (the run never got as far as the cordon) is given back."""
+        node = self.node_object(required=False)
+        marked = metadata(node).get(ANNOTATION, "")
+        keep, slots = (marked if cordoned(node) else ""), self.slots()
+        holder = slots.get(keep, Slot(keep)).holder
+        if keep and holder == self.node:
+            say(f"rollout: {self.node} stays cordoned and keeps its slot {keep} until a later run passes; free it "
+                f"with: {self.free_command(self.node, keep)} (and uncordon it once healthy)", err=True)  # fmt: skip
+        elif keep:
+            say(f"rollout: {self.node} stays cordoned; its slot {keep} is {'held by ' + holder if holder else 'free'}",
+                err=True)  # fmt: skip
+        elif marked:
+            self.kube("annotate", "node", self.node, f"{ANNOTATION}-")
+        for slot in slots.values():
+            if slot.holder == self.node and slot.name != keep:
+                self.release(slot.name, err=True)
+
+
+def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str) -> None:
+    """MIG begin: drain through a slot when the node's nvidia.com/mig.config label holds another geometry. End: for
+    a node begin cordoned, wait (bounded) for the wanted geometry and mig-manager's success, then uncordon."""
+    node = rollout.node_object()
+    labels = metadata(node, "labels")
+    if phase == "begin":
+        current = labels.get("nvidia.com/mig.config", "")
+        if current and current != wanted:
+            rollout.begin(f"MIG {current} -> {wanted}")
+        else:
+            say(f"mig: {rollout.node}: {current or 'no geometry yet'} -> {wanted}: nothing to drain")
+        return
+    if not metadata(node).get(ANNOTATION):
+        say(f"mig: {rollout.node} was not cordoned for a MIG change; nothing to wait for")
+        return
+    rollout.resume()
+    what, waited = ("mig", "nvidia.com/mig.config.state", f"success for {wanted} on {rollout.node}"), 0
+    while (labels.get("nvidia.com/mig.config"), labels.get("nvidia.com/mig.config.state")) != (wanted, "success"):
+        have, state = labels.get("nvidia.com/mig.config") or "none", labels.get("nvidia.com/mig.config.state") or "none"
+        if have == wanted and state == "failed":
+            raise Failure(*what, f"failed: see kubectl logs -n {namespace} -l app=nvidia-mig-manager --tail=100 (a "
+                          "GPU process still running, or a geometry the GPU refuses)")  # fmt: skip
+        if waited >= timeout:
+            where = f"is mig-manager running in {namespace}?"
+            raise Failure(*what[:2], f"{what[2]} within {timeout}s", f"label {have}, state {state} ({where})")
+        rollout.sleep(rollout.poll)
+        waited += rollout.poll
+        labels = metadata(rollout.node_object(), "labels")
+    say(f"mig: {rollout.node} runs {wanted} (mig-manager: success)")
+    rollout.end()
+
+
+def retire(kube: Kube, node: str, timeout: int, *, emptydir: bool, force: bool, reset: bool) -> None:
+    """Cordon, drain (bounded), kubeadm reset (when asked) and delete the Node, before the machine goes away."""
+    present = kube.json("get", "node", node, "--ignore-not-found") is not None
+    if present:
+        kube("cordon", node)
+        say(f"retire: cordoned {node}")
+        advice = (f"{node} stays cordoned: relax the budget or move the pods (or set kubernetes.drain.force for pods "
+                  "without a controller), then run pulumi up again")  # fmt: skip
+        drain(kube, node, timeout, emptydir=emptydir, force=force, advice=advice)
+        say(f"retire: drained {node}")
+    else:
+        say(f"retire: {node} is not in the cluster; nothing to drain")
+    if reset:
+        # Stops the kubelet, so the Node object deleted next is not registered again.
+        proc = subprocess.run(["kubeadm", "reset", "--force"], capture_output=True, text=True, check=False)
+        if proc.returncode:
+            raise Failure("drain", "kubeadm reset --force", "exit 0", str(proc.returncode), proc.stderr)
+        say("retire: kubeadm reset")
+    if present:
+        kube("delete", "node", node, "--ignore-not-found")
+        say(f"retire: deleted Node {node}")
+
+
+def main(argv: Sequence[str]) -> int:
+    """``rollout ACTION``, ``mig`` or ``retire`` and ``--flag value`` pairs (the shell steps checked every value)."""
+    command, action = (argv[:1] or [""])[0], (argv[1:2] or [""])[0]
+    pairs = iter(argv[2:] if command == "rollout" else argv[1:])
+    o = {flag.lstrip("-").replace("-", "_"): value for flag, value in zip(pairs, pairs, strict=False)}
+    try:
+        if command == "retire":
+            retire(Kube("drain", o["kubeconfig"], o["api_endpoint"]), o["node_name"], int(o["timeout"]),
+                   emptydir=o.get("delete_emptydir_data", "1") == "1", force=o.get("force") == "1",
+                   reset=o.get("kubeadm_reset") == "1")  # fmt: skip
+            return 0
+        if command not in ("rollout", "mig") or (command == "rollout" and action not in ACTIONS):
+            raise Failure("agent", "command", "rollout ACTION, mig or retire", " ".join(argv[:2]) or "none")
+        n = {k: int(o.get(k, v)) for k, v in DEFAULTS.items()}
+        rollout = Rollout(Kube(command, o["kubeconfig"], o["api"]), o["node"], max_unavailable=n["max_unavailable"],
+                          lease_seconds=n["lease_seconds"], wait_seconds=n["wait_seconds"], poll=n["poll"],
+                          drain_timeout=n["drain_timeout"], emptydir=n["emptydir"], force=n["force"])  # fmt: skip
+        if command == "mig":
+            mig(rollout, o["phase"], o["mig_config"], int(o["timeout"]), o["operator_namespace"])
+        elif action == "joined":
+            return 0 if rollout.node_object(required=False) else NOT_JOINED
+        elif action == "begin":
+            rollout.begin(o.get("why", "a change"))
+        else:
+            getattr(rollout, action)()
+    except Failure as failure:
+        say(str(failure), err=True)
+        if failure.output:
+            say(failure.output, err=True)
+        return 1
+    return 0
+
+
+ACTIONS = ("joined", "begin", "resume", "end", "cleanup")
+DEFAULTS = {"max_unavailable": 1, "lease_seconds": 3600, "wait_seconds": 21600, "drain_timeout": 600,
+            "emptydir": 1, "force": 0, "poll": 5}  # fmt: skip
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
