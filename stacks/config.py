@@ -17,7 +17,8 @@ import pulumi
 from pydantic import BaseModel, ValidationError
 
 from proxmox_gpu_cluster.cluster.providers import Secrets
-from proxmox_gpu_cluster.core.errors import SpecError, problems_from_validation_error
+from proxmox_gpu_cluster.core.errors import SpecError
+from proxmox_gpu_cluster.core.input_safety import MAX_DEPTH, budget_problem, escape_lines, spec_problems
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode, GpuNode
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
 
@@ -50,11 +51,11 @@ ALL_SECRETS = (
 
 
 class InvalidStackConfig(pulumi.RunError):
-    """The stack's config is invalid; the message has one line per problem."""
+    """The stack's config is invalid; the message has one line per problem, control characters escaped."""
 
     def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
-        super().__init__("invalid stack configuration:\n" + "\n".join(lines))
+        self.lines = escape_lines(lines)
+        super().__init__("invalid stack configuration:\n" + "\n".join(self.lines))
 
 
 def required_secrets(spec: ClusterSpec) -> list[SecretKey]:
@@ -108,10 +109,7 @@ def load(namespace: str | None = None) -> tuple[ClusterSpec, Secrets]:
     program's project name), or raise InvalidStackConfig with all problems."""
     ns = namespace or pulumi.get_project()
     cfg = pulumi.Config(ns)
-    try:
-        raw = cfg.get_object(SPEC_KEY)
-    except pulumi.ConfigTypeError:
-        raise InvalidStackConfig([f"{ns}:{SPEC_KEY}: expected a mapping (the cluster spec), got plain text"]) from None
+    raw = _config_object(ns, SPEC_KEY, "a mapping (the cluster spec)")
     spec = parse_spec(raw, ns)
     problems = secret_problems(ns, required_secrets(spec), cfg.get, pulumi.runtime.is_config_secret)
     if problems:
@@ -156,10 +154,13 @@ def parse_model(model: type[M], raw: Any, root: str) -> M:
     """Validate ``raw`` as ``model``; problems are reported under ``root`` (e.g. ``team:gpuNodes[1].gpus``)."""
     if raw is None:
         raise InvalidStackConfig([f"{root}: required config key is not set"])
+    too_big = budget_problem(raw)
+    if too_big is not None:
+        raise InvalidStackConfig([f"{root}: {too_big}"])
     try:
         return model.model_validate(raw, by_alias=True, by_name=False)
     except ValidationError as err:
-        raise InvalidStackConfig(SpecError(problems_from_validation_error(err), root).lines) from None
+        raise InvalidStackConfig(SpecError(spec_problems(err, model), root).lines) from None
 
 
 def load_nodes(key: str = "gpuNodes", namespace: str | None = None) -> list[GpuNode]:
@@ -181,8 +182,10 @@ def load_nodes(key: str = "gpuNodes", namespace: str | None = None) -> list[GpuN
     return nodes
 
 
-def _config_object(namespace: str, key: str) -> Any:
+def _config_object(namespace: str, key: str, expected: str = "structured YAML") -> Any:
     try:
         return pulumi.Config(namespace).get_object(key)
     except pulumi.ConfigTypeError:
-        raise InvalidStackConfig([f"{namespace}:{key}: expected structured YAML, got plain text"]) from None
+        raise InvalidStackConfig([f"{namespace}:{key}: expected {expected}, got plain text"]) from None
+    except RecursionError:  # json.loads of junk nested thousands of levels deep
+        raise InvalidStackConfig([f"{namespace}:{key}: nested more than {MAX_DEPTH} levels deep"]) from None

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from proxmox_gpu_cluster.stacks.stack_yaml import StackYamlError, load_stack_yaml
+
 PVESH_KEYS = {
     "iommugroup": "iommuGroup",
     "subsystem_vendor": "subsystemVendor",
@@ -36,7 +38,7 @@ class InputError(Exception):
 def read_inputs(path: Path, pci_args: Sequence[str]) -> tuple[Mapping[str, Any], dict[str, list[dict[str, Any]]]]:
     """The parsed stack file and the ``--pci NODE=FILE`` device lists (InputError when one is unusable)."""
     try:
-        text = path.read_text()
+        text = path.read_bytes()
     except OSError as err:
         raise InputError(f"{path}: {err}") from None
     document = parse_stack_file(text, str(path))
@@ -45,17 +47,17 @@ def read_inputs(path: Path, pci_args: Sequence[str]) -> tuple[Mapping[str, Any],
         node, _, file = item.partition("=")
         try:
             pci[node] = read_pci_file(Path(file))
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError) as err:
             raise InputError(f"--pci {item}: {err}") from None
     return document, pci
 
 
-def parse_stack_file(text: str, origin: str) -> Mapping[str, Any]:
+def parse_stack_file(text: bytes | str, origin: str) -> Mapping[str, Any]:
     """A stack file's YAML as the plan can use it (InputError naming ``origin`` otherwise)."""
     try:
-        document = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        raise InputError(f"{origin}: {err}") from None
+        document = load_stack_yaml(text, origin) or {}
+    except StackYamlError as err:
+        raise InputError(err.line) from None
     if not isinstance(document, Mapping):
         raise InputError(f"{origin}: expected a YAML mapping with a 'config' key")
     config = document.get("config")
@@ -72,10 +74,11 @@ def stack_file_at(ref: str, path: Path) -> Mapping[str, Any]:
     if ref.startswith("-"):
         raise InputError(f"--diff-base {ref}: expected a git revision")
     proc = subprocess.run(
-        ["git", "-C", str(path.parent), "show", f"{ref}:./{path.name}"], capture_output=True, text=True, check=False
+        ["git", "-C", str(path.parent), "show", f"{ref}:./{path.name}"], capture_output=True, check=False
     )
     if proc.returncode:
-        raise InputError(f"--diff-base {ref}: {path.name}: {proc.stderr.strip().splitlines()[-1]}")
+        said = proc.stderr.decode(errors="replace").strip().splitlines() or [f"git exited with {proc.returncode}"]
+        raise InputError(f"--diff-base {ref}: {path.name}: {said[-1]}")
     return parse_stack_file(proc.stdout, f"{ref}:{path.name}")
 
 

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
-from proxmox_gpu_cluster.core.errors import Problem, SpecError, SpecViolations, problems_from_validation_error
+from proxmox_gpu_cluster.core.errors import Problem, SpecError, SpecViolations
+from proxmox_gpu_cluster.core.input_safety import budget_problem, spec_problems
 from proxmox_gpu_cluster.core.monitoring_spec import DcgmMetric, MonitoringSpec
 from proxmox_gpu_cluster.core.operator_spec import DraSpec, GpuOperatorSpec, SmokeTestSpec
 from proxmox_gpu_cluster.core.scheduling_spec import PriorityClassSpec, Quota
@@ -369,8 +370,11 @@ def load_spec(data: Any, root: str = "cluster") -> ClusterSpec:
     """Validate ``data`` (parsed YAML or JSON) into a ClusterSpec, or raise SpecError listing every problem."""
     if not isinstance(data, Mapping):
         raise SpecError([Problem("", f"expected a mapping, got {type(data).__name__}")], root)
+    too_big = budget_problem(data)  # before pydantic walks it: nested junk or an alias bomb
+    if too_big is not None:
+        raise SpecError([Problem("", too_big)], root)
     try:
         # Stack files are camelCase only: a snake_case key there is an unknown key, not a synonym.
         return ClusterSpec.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as err:
-        raise SpecError(problems_from_validation_error(err), root) from None
+        raise SpecError(spec_problems(err, ClusterSpec), root) from None
