@@ -43,6 +43,7 @@ from proxmox_gpu_cluster.recording import critical_path
 from proxmox_gpu_cluster.render.agent_bundle import agent_lines, agent_summary
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
 from proxmox_gpu_cluster.render.kubevirt import example_virtual_machines
+from proxmox_gpu_cluster.stacks.cli_checks import check_plan_arguments, printable
 from proxmox_gpu_cluster.stacks.config import (
     ALL_SECRETS,
     PROJECT,
@@ -347,6 +348,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
 
     try:
+        check_plan_arguments(args.out, args.pci, args.diff_base)
         program = find_program(args.main)
         namespace = args.namespace or program.project
         path: Path = args.config or program.directory / f"Pulumi.{args.stack}.yaml"
@@ -366,7 +368,7 @@ def _main(argv: Sequence[str] | None) -> int:
             other_spec = cluster_spec(other, namespace)
             other_plan = plan(args.stack, other, program.main, pci, project=program.project, namespace=namespace)
     except (InputError, InvalidStackConfig, IommuPreflightError) as err:
-        print("\n".join(err.lines), file=sys.stderr)
+        print(printable(err.lines), file=sys.stderr)
         return 2
     if args.diff_config or args.diff_base:
         docs = [plan_document(args.stack, *plan_, s, program.project) for plan_, s in

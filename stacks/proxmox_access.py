@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from proxmox_gpu_cluster.render.proxmox_acl import pveum_commands
+from proxmox_gpu_cluster.stacks.cli_checks import printable
 from proxmox_gpu_cluster.stacks.config import InvalidStackConfig
 from proxmox_gpu_cluster.stacks.plan import cluster_spec
 from proxmox_gpu_cluster.stacks.plan_inputs import InputError, find_program, read_inputs
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spec is None:
             raise InputError(f"{path}: no cluster spec under {namespace}:cluster")
     except (InputError, InvalidStackConfig) as err:
-        print("\n".join(err.lines), file=sys.stderr)
+        print(printable(err.lines), file=sys.stderr)
         return 2
     print("\n".join(pveum_commands(spec, args.user, args.token)))
     return 0
