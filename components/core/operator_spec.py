@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.monitoring_spec import MonitoringSpec
-from proxmox_gpu_cluster.core.spec_base import DriverBranch, DriverVersion, Int, Name, SpecModel, on_branch
+from proxmox_gpu_cluster.core.spec_base import (
+    CountOrPercent,
+    DriverBranch,
+    DriverVersion,
+    Int,
+    Name,
+    SpecModel,
+    Text,
+    on_branch,
+)
 
 
 class SmokeTestSpec(SpecModel):
@@ -47,14 +56,14 @@ class DriverUpgradeSpec(SpecModel):
     max_parallel_upgrades: Int = Field(
         default=1, ge=1, le=10_000, description="Nodes upgraded at the same time (1: one node at a time)."
     )
-    max_unavailable: Int | Annotated[str, Field(pattern=r"^(100|[1-9]?[0-9])%$")] = Field(
+    max_unavailable: CountOrPercent = Field(
         default=1, description="GPU nodes that may be unavailable during the roll: a count or a percentage."
     )
     wait_for_completion_seconds: Int = Field(
         default=0, ge=0, le=86_400, description="Wait this long for matching jobs to finish first (0: do not wait)."
     )
-    wait_for_completion_pod_selector: str = Field(
-        default="", max_length=1024, description="Label selector of the jobs to wait for."
+    wait_for_completion_pod_selector: Text = Field(
+        default="", description="Label selector of the jobs to wait for (one line)."
     )
     gpu_pod_deletion: GpuPodDeletionSpec = Field(
         default_factory=GpuPodDeletionSpec, description="Deleting the pods that use the GPU."

@@ -102,6 +102,49 @@ def check_ip_or_cidr(value: str) -> str:
     return f"{iface.ip}/{iface.network.prefixlen}"
 
 
+def check_unicast(value: str) -> str:
+    """An address (``10.0.0.5`` or ``10.0.0.5/24``) a machine on the network can be reached at: not loopback,
+    multicast, link-local, unspecified (``0.0.0.0``) or reserved (``240.0.0.0/4``, the broadcast address)."""
+    ip = ipaddress.ip_interface(value).ip
+    kinds = [
+        ("loopback", ip.is_loopback),
+        ("multicast", ip.is_multicast),
+        ("link-local", ip.is_link_local),
+        ("unspecified", ip.is_unspecified),
+        ("reserved", ip.is_reserved),
+    ]
+    kind = next((k for k, hit in kinds if hit), None)
+    if kind is not None:
+        raise ValueError(f"{ip} is a {kind} address; use a unicast address other machines reach this one at")
+    return value
+
+
+INSTALLER_IMAGE = re.compile(r"\.iso(\.(gz|xz|bz2|zst))?$", re.IGNORECASE)
+
+
+def check_cloud_image(value: str) -> str:
+    """Not an installer ISO: the VM boots the image as its disk, and an installer waits at its first screen."""
+    if INSTALLER_IMAGE.search(urlsplit(value).path):
+        raise ValueError(
+            "an installer ISO, not a cloud image (the VM would boot the installer); use a cloud image such as "
+            "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img"
+        )
+    return value
+
+
+MAX_COUNT = 10_000
+
+
+def check_count_or_percent(value: object) -> object:
+    """A node count (1 to ``MAX_COUNT``) or a percentage ``N%`` (1% to 100%), with one message for either."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COUNT:
+        return value
+    if isinstance(value, str) and re.fullmatch(r"(100|[1-9][0-9]?)%", value):
+        return value
+    shown = repr(value)[:40] if isinstance(value, str) else value if isinstance(value, int) else type(value).__name__
+    raise ValueError(f"expected a count from 1 to {MAX_COUNT} or a percentage from 1% to 100%, got {shown}")
+
+
 def check_ip(value: str) -> str:
     try:
         return str(ipaddress.ip_address(value))
@@ -169,6 +212,12 @@ def check_http_url(value: str) -> str:
         port_number = parts.port
     except ValueError:
         raise ValueError(f"not a valid URL: {value[:80]!r}") from None
+    if parts.username is not None or parts.password is not None:
+        # Never echo the URL: what it carries is the secret.
+        raise ValueError(
+            "credentials in a URL (user:password@host) would be stored in plain text in the Pulumi state; "
+            "use a URL without them"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"expected an http:// or https:// URL with a host, got {value[:80]!r}")
     check_host(parts.hostname)
@@ -219,6 +268,19 @@ DnsName = Annotated[str, Field(pattern=DNS_NAME, max_length=253)]
 """A DNS name, e.g. ``lab.internal``."""
 Text = Annotated[str, Field(pattern=f"^[^{LINE_BREAKERS}]*$", max_length=1024)]
 """Free text on one line: no control or line-separator characters."""
+CountOrPercent = Annotated[
+    int | str,
+    BeforeValidator(check_count_or_percent),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": MAX_COUNT},
+                {"type": "string", "pattern": "^(100|[1-9][0-9]?)%$"},
+            ]
+        }
+    ),
+]
+"""A node count or a percentage of the nodes (``25%``), as Kubernetes' int-or-string ``maxUnavailable``."""
 
 
 def on_branch(version: str | None, branch: str) -> bool:

@@ -5,7 +5,9 @@ Part of the rules ``components.validation.cross_check`` runs; each function retu
 
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.spec_base import endpoint_host
@@ -23,19 +25,32 @@ def host_problems(spec: ClusterSpec) -> list[Problem]:
     return [*_addresses(spec), *_images(spec), *_proxmox_nodes(spec), *_namespaces(spec)]
 
 
+def _same_host(host: str) -> str:
+    """A host as compared here: an IP address in canonical form, a DNS name in lower case without a final dot."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host.lower().rstrip(".")
+
+
 def _addresses(spec: ClusterSpec) -> list[Problem]:
-    """A static address belongs to one worker, and never to a Proxmox node or the API server."""
-    # The field validators already normalised these (IP addresses in their canonical form), so they compare as is.
+    """A Proxmox node's address belongs to that node; a static address belongs to one worker, and never to a
+    Proxmox node, the Proxmox API host or the Kubernetes API server."""
     taken: dict[str, str] = {}
-    for i, node in enumerate(spec.proxmox.nodes):
-        taken.setdefault(node.ssh_address, f"proxmox.nodes[{i}] ({node.name})")
-    taken.setdefault(endpoint_host(spec.kubernetes.api_endpoint), "the Kubernetes API endpoint")
     out: list[Problem] = []
+    for i, node in enumerate(spec.proxmox.nodes):
+        this = f"proxmox.nodes[{i}] ({node.name})"
+        first = taken.setdefault(_same_host(node.ssh_address), this)
+        if first != this:
+            out.append(Problem(f"proxmox.nodes[{i}].sshAddress", f"{node.ssh_address} is already used by {first}"))
+    api_host = urlsplit(spec.proxmox.endpoint).hostname or ""
+    taken.setdefault(_same_host(api_host), "the Proxmox API endpoint (proxmox.endpoint)")
+    taken.setdefault(_same_host(endpoint_host(spec.kubernetes.api_endpoint)), "the Kubernetes API endpoint")
     for i, worker in enumerate(spec.workers):
         address = worker.network.static_address
         if address is None:
             continue
-        owner = taken.get(address)
+        owner = taken.get(_same_host(address))
         if owner is not None:
             out.append(Problem(f"workers[{i}].network.ipv4", f"{address} is already used by {owner}"))
         else:

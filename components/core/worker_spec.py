@@ -21,9 +21,11 @@ from proxmox_gpu_cluster.core.spec_base import (
     SpecModel,
     StorageId,
     VgpuType,
+    check_cloud_image,
     check_http_url,
     check_ip_or_cidr,
     check_ipv4,
+    check_unicast,
     with_string_shorthand,
 )
 
@@ -62,7 +64,7 @@ class TimeSlicing(SpecModel):
 class Image(SpecModel):
     """Where the worker's boot disk comes from: a cloud image download or a template clone."""
 
-    cloud_image_url: Annotated[str, AfterValidator(check_http_url)] | None = Field(
+    cloud_image_url: Annotated[str, AfterValidator(check_http_url), AfterValidator(check_cloud_image)] | None = Field(
         default=None,
         description="Cloud image to import (Ubuntu 22.04/24.04 server cloud image, qcow2 or raw). The file stored on "
         "the datastore gets a name derived from the URL and the stack, so two stacks or two URLs never share one.",
@@ -86,18 +88,24 @@ class Image(SpecModel):
         return self
 
 
+def _static_unicast(value: str) -> str:
+    return value if value == "dhcp" else check_unicast(value)
+
+
 class Network(SpecModel):
     """The worker's network interface and guest IP configuration (cloud-init)."""
 
     bridge: BridgeId = Field(default="vmbr0", description="Proxmox bridge.")
     vlan: Int | None = Field(default=None, ge=1, le=4094, description="VLAN tag, if any.")
-    ipv4: Annotated[str, AfterValidator(check_ip_or_cidr)] = Field(
+    ipv4: Annotated[str, AfterValidator(check_ip_or_cidr), AfterValidator(_static_unicast)] = Field(
         default="dhcp", description="``dhcp`` or a static address with prefix (``10.0.0.51/24``)."
     )
-    gateway: Annotated[str, AfterValidator(check_ipv4)] | None = Field(
+    gateway: Annotated[str, AfterValidator(check_ipv4), AfterValidator(check_unicast)] | None = Field(
         default=None, description="IPv4 gateway for a static address; inside its subnet."
     )
-    dns: tuple[IpAddress, ...] = Field(default=(), max_length=3, description="DNS servers (at most three).")
+    dns: tuple[Annotated[IpAddress, AfterValidator(check_unicast)], ...] = Field(
+        default=(), max_length=3, description="DNS servers (at most three)."
+    )
     search_domain: DnsName | None = Field(default=None, description="DNS search domain.")
 
     @model_validator(mode="after")
