@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from proxmox_gpu_cluster.stacks.stack_yaml import StackYamlError, load_stack_yaml
+from proxmox_gpu_cluster.stacks.stack_yaml import StackYamlError, load_stack_yaml, read_capped
 
 PVESH_KEYS = {
     "iommugroup": "iommuGroup",
@@ -38,7 +38,7 @@ class InputError(Exception):
 def read_inputs(path: Path, pci_args: Sequence[str]) -> tuple[Mapping[str, Any], dict[str, list[dict[str, Any]]]]:
     """The parsed stack file and the ``--pci NODE=FILE`` device lists (InputError when one is unusable)."""
     try:
-        text = path.read_bytes()
+        text = read_capped(path)
     except OSError as err:
         raise InputError(f"{path}: {err}") from None
     document = parse_stack_file(text, str(path))

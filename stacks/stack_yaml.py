@@ -9,6 +9,7 @@ loader that refuses duplicate keys and absurdly long numbers.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -72,10 +73,17 @@ def _construct_int(loader: yaml.SafeLoader, node: ScalarNode) -> Any:
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
+def read_capped(path: Path) -> bytes:
+    """The first ``MAX_BYTES + 1`` bytes of ``path``: enough for ``load_stack_yaml`` to refuse a larger file, and
+    ``/dev/zero`` or a runaway file never fills memory. OSError as ``open`` raises it."""
+    with path.open("rb") as file:
+        return file.read(MAX_BYTES + 1)
+
+
 def load_stack_yaml(data: bytes | str, origin: str) -> Any:
     """The one YAML document in ``data`` (bytes must be UTF-8), or StackYamlError ``origin:LINE: problem``."""
     if len(data) > MAX_BYTES:
-        raise StackYamlError(f"{origin}: {len(data)} bytes; a stack file is at most {MAX_BYTES} bytes")
+        raise StackYamlError(f"{origin}: larger than {MAX_BYTES} bytes; not a stack file")
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")

@@ -14,6 +14,7 @@ import yaml
 from proxmox_gpu_cluster.core.input_safety import MAX_DEPTH
 from proxmox_gpu_cluster.stacks.plan import main
 from proxmox_gpu_cluster.stacks.proxmox_access import main as access_main
+from proxmox_gpu_cluster.stacks.stack_yaml import MAX_BYTES
 from tests.support import ROOT, base_spec
 
 KEY = "proxmox-gpu-cluster:cluster"
@@ -214,3 +215,26 @@ def test_proxmox_access_refuses_hostile_files_the_same_way(tmp_path: Path, capsy
         assert access_main(["t", "--config", str(path)]) == 2
         lines = capsys.readouterr().err.splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"{path}:") and says in lines[0], lines
+
+
+def test_endless_or_huge_files_are_refused_without_reading_them_whole(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "t", "--config", "/dev/zero"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert (proc.returncode, proc.stderr.splitlines()) == (
+        2,
+        [f"/dev/zero: larger than {MAX_BYTES} bytes; not a stack file"],
+    )
+
+
+def test_junk_pci_files_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name, data in [("deep.json", b"[" * 100_000), ("latin1.json", b'[{"id": "\xe9"}]')]:
+        (tmp_path / name).write_bytes(data)
+        assert main(["dev", "--pci", f"pve1={tmp_path / name}"]) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"--pci pve1={tmp_path / name}: "), lines
