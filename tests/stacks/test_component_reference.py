@@ -57,11 +57,13 @@ def code(text: str) -> str:
 
 
 def attribute_docstrings(cls: type) -> dict[str, str]:
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
+    (node,) = ast.parse(textwrap.dedent(inspect.getsource(cls))).body
+    assert isinstance(node, ast.ClassDef)
     docs = {}
-    for item, after in zip(body, [*body[1:], None], strict=True):
-        if isinstance(item, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
-            docs[item.target.id] = " ".join(str(after.value.value).split())  # type: ignore[union-attr]
+    for item, after in zip(node.body, [*node.body[1:], None], strict=True):
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and isinstance(after, ast.Expr) \
+                and isinstance(after.value, ast.Constant):  # fmt: skip
+            docs[item.target.id] = " ".join(str(after.value.value).split())
     return docs
 
 
@@ -75,7 +77,7 @@ def test_every_component_argument_and_output_is_there_as_the_class_has_it(render
     for cls in classes:
         text = section(rendered, f"## {cls.__name__}")
         assert f"`from {cls.__module__} import {cls.__name__}`" in text
-        params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # type: ignore[misc]
+        params = list(inspect.signature(cls).parameters.values())  # the constructor's, without self
         rows = table(text, "argument")
         assert list(rows) == [p.name for p in params], cls.__name__
         for p in params:
