@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from proxmox_gpu_cluster.core.input_safety import escape_controls, escape_lines
 from proxmox_gpu_cluster.stacks.plan_inputs import InputError
@@ -13,6 +16,14 @@ from proxmox_gpu_cluster.stacks.plan_inputs import InputError
 GIT_REVISION = re.compile(r"[^\s\x00-\x1f\x7f~^:?*\[\\-][^\s\x00-\x1f\x7f:?*\[\\]*")
 """What ``git show`` can take as a revision here: no whitespace or control characters, none of ``: ? * [ \\``
 (git check-ref-format), not an option (no leading ``-``); ``~N`` and ``^N`` suffixes are fine."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one escaped line (and a pointer to --help), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(escape_controls(f"{self.prog}: {message} (see --help)"), file=sys.stderr)
+        raise SystemExit(2)
 
 
 class ArgumentProblems(InputError):

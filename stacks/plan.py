@@ -21,7 +21,6 @@ Exit codes: 0 planned, 2 invalid spec or config (one line per problem on stderr)
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -43,7 +42,7 @@ from proxmox_gpu_cluster.recording import critical_path
 from proxmox_gpu_cluster.render.agent_bundle import agent_lines, agent_summary
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
 from proxmox_gpu_cluster.render.kubevirt import example_virtual_machines
-from proxmox_gpu_cluster.stacks.cli_checks import check_plan_arguments, printable
+from proxmox_gpu_cluster.stacks.cli_checks import OneLineParser, check_plan_arguments, printable
 from proxmox_gpu_cluster.stacks.config import (
     ALL_SECRETS,
     PROJECT,
@@ -305,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m proxmox_gpu_cluster.plan", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m proxmox_gpu_cluster.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", help="stack name; reads Pulumi.<stack>.yaml unless --config is given")
     parser.add_argument("--config", type=Path, help="stack config file to plan instead of Pulumi.<stack>.yaml")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")

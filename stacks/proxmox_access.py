@@ -11,14 +11,13 @@ is added. Entries for removed workers are not revoked: ``pveum acl delete`` them
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from proxmox_gpu_cluster.render.proxmox_acl import pveum_commands
-from proxmox_gpu_cluster.stacks.cli_checks import printable
+from proxmox_gpu_cluster.stacks.cli_checks import OneLineParser, printable
 from proxmox_gpu_cluster.stacks.config import InvalidStackConfig
 from proxmox_gpu_cluster.stacks.plan import cluster_spec
 from proxmox_gpu_cluster.stacks.plan_inputs import InputError, find_program, read_inputs
@@ -30,7 +29,7 @@ TOKEN = re.compile(r"^[A-Za-z][A-Za-z0-9.\-_]{1,127}$")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m proxmox_gpu_cluster.stacks.proxmox_access", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("stack", help="stack name; reads Pulumi.<stack>.yaml unless --config is given")

@@ -87,3 +87,26 @@ def test_stack_file_at_a_revision_is_checked_like_the_file(tmp_path: Path) -> No
     with pytest.raises(InputError) as info:
         stack_file_at("nope", path)
     assert len(info.value.lines) == 1 and info.value.lines[0].startswith("--diff-base nope: Pulumi.t.yaml: fatal:")
+
+
+@pytest.mark.parametrize(
+    "argv", [["--bogus\x1b[2J"], [], ["t", "--pci"], ["t", "--diff-base", "a", "--diff-config", "b"]]
+)
+def test_usage_errors_are_one_escaped_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    lines = errors(capsys)
+    assert len(lines) == 1 and lines[0].startswith("python -m proxmox_gpu_cluster.plan: "), lines
+    assert lines[0].endswith(" (see --help)") and lines[0].isprintable()
+
+
+def test_proxmox_access_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from proxmox_gpu_cluster.stacks.proxmox_access import main as access_main
+
+    with pytest.raises(SystemExit) as info:
+        access_main(["prod", "--user"])
+    assert info.value.code == 2
+    assert errors(capsys) == [
+        "python -m proxmox_gpu_cluster.stacks.proxmox_access: argument --user: expected one argument (see --help)"
+    ]
