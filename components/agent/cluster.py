@@ -45,6 +45,10 @@ class Failure(Exception):
         self.output = output.strip()
 
 
+def free_command(node: str, slot: str) -> str:  # what frees the slot of a node a failed change left cordoned
+    return f"kubectl annotate node {node} {ANNOTATION}- && kubectl -n {NS} delete lease {slot}"
+
+
 def say(line: str, err: bool = False) -> None:
     print(line, file=sys.stderr if err else sys.stdout, flush=True)
 
@@ -88,8 +92,8 @@ class Kube:
         last = text.splitlines()[-1] if text else f"exit code {code}"
         saw = "Unauthorized (the API server refused the credentials)" if "Unauthorized" in text else last
         saw = f"no answer ({last})" if _NO_ANSWER.search(text) else saw
-        where = f" at https://{self.server}" if self.server else ""
         what = "kubectl " + " ".join(a for a in args[:3] if not a.startswith("-"))
+        where = f" at https://{self.server}" if self.server else ""
         return Failure(self.step, what, f"an answer from the API server{where}", saw, text)
 
 
@@ -172,18 +176,15 @@ class Rollout:
         found = {name: Slot(name) for name in self.names}
         now, items = datetime.datetime.now(UTC), (self.kube.json("get", "leases", "-n", NS) or {}).get("items", [])
         for item in (i for i in items if i["metadata"]["name"].startswith(SLOT_PREFIX)):
-            meta, spec = item["metadata"], item.get("spec") or {}
-            stamp = spec.get("renewTime") or spec.get("acquireTime")
-            seen = datetime.datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC) if stamp else None
-            age = (now - seen).total_seconds() if seen else float("inf")
-            found[meta["name"]] = Slot(
-                meta["name"], spec.get("holderIdentity") or "", age > int(spec.get("leaseDurationSeconds") or 0),
-                meta["resourceVersion"], spec.get("acquireTime"),
-            )  # fmt: skip
+            name, spec = item["metadata"]["name"], item.get("spec") or {}
+            stamp = spec.get("renewTime") or spec.get("acquireTime") or "0001-01-01T00:00:00"  # never: expired
+            seen = datetime.datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+            expired = (now - seen).total_seconds() > int(spec.get("leaseDurationSeconds") or 0)
+            version, holder = item["metadata"]["resourceVersion"], spec.get("holderIdentity") or ""
+            found[name] = Slot(name, holder, expired, version, spec.get("acquireTime"))
         return found
 
-    def protected(self, slot: Slot) -> bool:
-        """Its holder is still cordoned for it (a failed change): expiry does not free it."""
+    def protected(self, slot: Slot) -> bool:  # its holder is still cordoned for it: expiry does not free it
         holder = self.node_object(slot.holder, required=False)
         return metadata(holder).get(ANNOTATION) == slot.name and cordoned(holder)
 
@@ -199,14 +200,18 @@ class Rollout:
         """One attempt: the slot this node now holds and is marked with, or None when every slot is taken."""
         for _ in range(5):
             node = self.node_object()
-            marked = metadata(node).get(ANNOTATION, "")
-            slots = sorted(self.slots().values(), key=lambda s: (s.name != marked, s.holder != self.node, s.name))
-            claimed = next((s.name for s in slots if self.eligible(s) and self.write(s, self.node)), None)
-            if claimed is None or claimed == marked:
-                return claimed
-            version = ((node or {}).get("metadata") or {}).get("resourceVersion", "")
-            code, out, err = self.kube.call("annotate", "node", self.node, "--overwrite", f"{ANNOTATION}={claimed}",
-                                            f"--resource-version={version}")  # fmt: skip
+            marked, slots = metadata(node).get(ANNOTATION, ""), self.slots()
+            own = slots.get(marked) if marked else None
+            if own is not None and own.holder in ("", self.node):  # the node's slot: renew it, never take another
+                if self.write(own, self.node):
+                    return marked
+                continue  # another write came first: read again
+            order = sorted(slots.values(), key=lambda s: (s.holder != self.node, s.name))
+            claimed = next((s.name for s in order if self.eligible(s) and self.write(s, self.node)), None)
+            if claimed is None:
+                return None
+            mark = [f"{ANNOTATION}={claimed}", f"--resource-version={(node or {})['metadata']['resourceVersion']}"]
+            code, out, err = self.kube.call("annotate", "node", self.node, "--overwrite", *mark)
             if code == 0:
                 return claimed
             if "(Conflict)" not in err:
@@ -220,12 +225,9 @@ class Rollout:
         free = not slot.holder or (slot.expired and not self.protected(slot))
         return slot.holder == self.node or (slot.name in self.names and free)
 
-    def free_command(self, node: str, slot: str) -> str:
-        return f"kubectl annotate node {node} {ANNOTATION}- && kubectl -n {NS} delete lease {slot}"
-
     def holders(self) -> str:
         held = ", ".join(
-            f"{s.holder} (cordoned after a failed change: {self.free_command(s.holder, s.name)})"
+            f"{s.holder} (cordoned after a failed change: {free_command(s.holder, s.name)})"
             if s.holder and self.protected(s) else s.holder or "free"
             for s in self.slots().values() if s.name in self.names
         )  # fmt: skip
@@ -284,15 +286,13 @@ class Rollout:
                 self.release(slot.name)
 
     def cleanup(self) -> None:
-        """After a failed step, say what is true: a node cordoned by the rollout keeps its slot; any other slot this
-        node holds (the run never got as far as the cordon) is given back."""
-        node = self.node_object(required=False)
-        marked = metadata(node).get(ANNOTATION, "")
+        """After a failed step, say what is true; a cordoned node keeps its slot, one taken before the cordon goes."""
+        marked = metadata(node := self.node_object(required=False)).get(ANNOTATION, "")
         keep, slots = (marked if cordoned(node) else ""), self.slots()
         holder = slots.get(keep, Slot(keep)).holder
         if keep and holder == self.node:
             say(f"rollout: {self.node} stays cordoned and keeps its slot {keep} until a later run passes; free it "
-                f"with: {self.free_command(self.node, keep)} (and uncordon it once healthy)", err=True)  # fmt: skip
+                f"with: {free_command(self.node, keep)} (and uncordon it once healthy)", err=True)  # fmt: skip
         elif keep:
             say(f"rollout: {self.node} stays cordoned; its slot {keep} is {'held by ' + holder if holder else 'free'}",
                 err=True)  # fmt: skip
@@ -326,8 +326,8 @@ def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str)
             raise Failure(*what, f"failed: see kubectl logs -n {namespace} -l app=nvidia-mig-manager --tail=100 (a "
                           "GPU process still running, or a geometry the GPU refuses)")  # fmt: skip
         if waited >= timeout:
-            where = f"is mig-manager running in {namespace}?"
-            raise Failure(*what[:2], f"{what[2]} within {timeout}s", f"label {have}, state {state} ({where})")
+            hint = f"label {have}, state {state} (is mig-manager running in {namespace}?)"
+            raise Failure(*what[:2], f"{what[2]} within {timeout}s", hint)
         rollout.sleep(rollout.poll)
         waited += rollout.poll
         labels = metadata(rollout.node_object(), "labels")

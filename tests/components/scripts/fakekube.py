@@ -54,6 +54,8 @@ for flag in ("--kubeconfig", "--server"):
     args = [a for i, a in enumerate(args) if a != flag and (i == 0 or args[i - 1] != flag)]
 version_arg = next((a.split("=", 1)[1] for a in args if a.startswith("--resource-version=")), None)
 args = [a for a in args if not a.startswith("--resource-version=")]
+if args[0] == "-n":  # kubectl -n NS VERB ...: the namespace flag may come first
+    args = [*args[2:], *args[:2]]
 ANNOTATION = "proxmox-gpu-cluster.io/rollout"
 with open(state_path, "r+") as f:
     fcntl.flock(f, fcntl.LOCK_EX)

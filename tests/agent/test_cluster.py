@@ -1,0 +1,195 @@
+"""The node agent's rollout slots (cluster.py), called directly against the fake API server's kubectl: ownership,
+concurrency, expiry, recovery after a killed run, what a failure says, and API server errors."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.agent import ENDPOINT, cluster, held, kube, make_cluster, rollout
+from tests.components.scripts.fakekube import FakeCluster, Pod
+
+SLOT0, SLOT1 = "proxmox-gpu-cluster-rollout-0", "proxmox-gpu-cluster-rollout-1"
+ANNOTATION = "proxmox-gpu-cluster.io/rollout"
+
+
+def lease(name: str, holder: str, age: int) -> dict[str, Any]:
+    stamp = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-system", "resourceVersion": "7"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3600, "renewTime": stamp},
+    }  # fmt: skip
+
+
+def failed_node(fake: FakeCluster, node: str, slot: str) -> None:
+    """``node`` as a failed change leaves it: cordoned, marked for ``slot``, which it holds (renewed long ago)."""
+
+    def edit(state: dict[str, Any]) -> None:
+        state["cordoned"] = sorted({*state["cordoned"], node})
+        state["annotations"].setdefault(node, {})[ANNOTATION] = slot
+        state["leases"][slot] = lease(slot, node, age=7200)
+
+    fake.change(edit, node)
+
+
+def test_only_the_holder_releases_and_release_is_idempotent(tmp_path: Path) -> None:
+    fake = make_cluster(tmp_path, ["gpu-a", "gpu-b"])
+    a, b = rollout(fake, tmp_path, "gpu-a"), rollout(fake, tmp_path, "gpu-b")
+    assert a.take() == SLOT0 and b.take() is None
+    assert held(fake) == {SLOT0: "gpu-a"} and fake.state()["annotations"]["gpu-a"] == {ANNOTATION: SLOT0}
+    events = len(fake.state()["events"])
+    assert b.release(SLOT0) is False  # a run that does not hold it changes nothing
+    assert held(fake) == {SLOT0: "gpu-a"} and len(fake.state()["events"]) == events
+    assert a.release(SLOT0) is True and a.release(SLOT0) is False
+    assert held(fake) == {} and b.take() == SLOT0
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_concurrent_takers_for_one_node_settle_on_one_slot(tmp_path: Path, slots: int) -> None:
+    # Two runs of one node's step at once (no machine lock): each may claim a different free slot, but the node's
+    # annotation, written at the Node's resourceVersion, admits one; the others give their claim back and adopt it.
+    for round_ in range(3):
+        (tmp_path / str(round_)).mkdir()
+        fake = make_cluster(tmp_path / str(round_), ["gpu-a"])
+        takers = [rollout(fake, tmp_path / str(round_), "gpu-a", max_unavailable=slots) for _ in range(4)]
+
+        def take(r: Any) -> str:
+            for _ in range(20):
+                if (slot := r.take()) is not None:
+                    return str(slot)
+            raise AssertionError("no slot")
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            taken = set(pool.map(take, takers))
+        assert len(taken) == 1, taken
+        assert held(fake) == {taken.pop(): "gpu-a"}
+
+
+def test_an_expired_slot_is_not_taken_from_a_node_still_cordoned_for_it(tmp_path: Path) -> None:
+    fake = make_cluster(tmp_path, ["gpu-a", "gpu-b"])
+    failed_node(fake, "gpu-b", SLOT0)
+    a = rollout(fake, tmp_path, "gpu-a", wait_seconds=0)
+    with pytest.raises(cluster.Failure) as failure:
+        a.begin("driver")
+    assert str(failure.value) == (
+        "rollout: slot for gpu-a: expected one of 1 free within 0s, saw held by gpu-b (cordoned after a failed "
+        f"change: kubectl annotate node gpu-b {ANNOTATION}- && kubectl -n kube-system delete lease {SLOT0}) (pulumi "
+        "up --parallel must exceed kubernetes.drain.maxUnavailable)"
+    )
+    assert fake.state()["cordoned"] == ["gpu-b"]
+    # The operator's command from that message frees it (the node stays cordoned until they uncordon it).
+    operator = kube(fake, tmp_path)
+    operator("annotate", "node", "gpu-b", f"{ANNOTATION}-")
+    operator("-n", "kube-system", "delete", "lease", SLOT0)
+    assert a.take() == SLOT0 and fake.state()["cordoned"] == ["gpu-b"]
+
+
+def test_an_expired_slot_whose_holder_is_in_service_is_taken_over(tmp_path: Path) -> None:
+    fake = make_cluster(tmp_path, ["gpu-a", "gpu-b"])
+    failed_node(fake, "gpu-b", SLOT0)
+    fake.change(lambda state: state.update(cordoned=[]), "gpu-b")  # an admin uncordoned it
+    assert rollout(fake, tmp_path, "gpu-a").take() == SLOT0
+    assert held(fake) == {SLOT0: "gpu-a"}
+
+
+def test_a_killed_run_takes_its_own_slot_again_and_finishes(tmp_path: Path) -> None:
+    fake = make_cluster(tmp_path, ["gpu-a", "gpu-b"])
+    failed_node(fake, "gpu-a", SLOT0)  # killed after the cordon, an hour and more ago: its lease expired
+    assert rollout(fake, tmp_path, "gpu-b").take() is None
+    a = rollout(fake, tmp_path, "gpu-a")
+    a.resume()  # the re-run renews it
+    renewed = fake.state()["leases"][SLOT0]["spec"]["renewTime"]
+    assert renewed > lease(SLOT0, "gpu-a", age=60)["spec"]["renewTime"]
+    fake.change(lambda state: state["leases"].pop(SLOT0))  # an operator deleted only the Lease
+    a.resume()
+    assert held(fake) == {SLOT0: "gpu-a"}  # taken again, as the annotation says
+    a.end()
+    assert held(fake) == {} and fake.state()["cordoned"] == [] and fake.state()["annotations"]["gpu-a"] == {}
+
+
+def test_begin_and_end_mark_cordon_drain_and_give_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeCluster(tmp_path / "api.json", kube.__globals__["KUBECONFIG"], nodes=["gpu-a"])
+    fake.pods = [Pod("ml", "train-0", "gpu-a"), Pod("gpu-operator", "dp", "gpu-a", owner="DaemonSet")]
+    fake.save()
+    a = rollout(fake, tmp_path, "gpu-a")
+    a.begin("driver 1 -> 2")
+    assert capsys.readouterr().out.splitlines() == [
+        f"rollout: gpu-a took slot {SLOT0} (driver 1 -> 2)", "rollout: cordoned gpu-a", "rollout: drained gpu-a"
+    ]  # fmt: skip
+    state = fake.state()
+    assert state["cordoned"] == ["gpu-a"] and [p["name"] for p in state["pods"]] == ["dp"]
+    a.end()
+    assert capsys.readouterr().out.splitlines() == ["rollout: uncordoned gpu-a", f"rollout: released slot {SLOT0}"]
+    assert [e[1] for e in fake.state()["events"]] == ["lease", "cordon", "lease", "uncordon", "release"]
+
+
+def test_cleanup_says_what_is_true(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = make_cluster(tmp_path, ["gpu-a"])
+    a = rollout(fake, tmp_path, "gpu-a", max_unavailable=2)
+    a.cleanup()  # nothing held, nothing cordoned: nothing to say
+    assert capsys.readouterr().err == ""
+    assert a.take() == SLOT0  # the step failed before the cordon: the slot goes back, the mark too
+    a.cleanup()
+    assert capsys.readouterr().err == f"rollout: released slot {SLOT0}\n"
+    assert held(fake) == {} and fake.state()["annotations"]["gpu-a"] == {}
+    a.begin("x")  # cordoned, then the step failed: it stays cordoned and keeps its slot
+    capsys.readouterr()
+    a.cleanup()
+    assert capsys.readouterr().err == (
+        f"rollout: gpu-a stays cordoned and keeps its slot {SLOT0} until a later run passes; free it with: kubectl "
+        f"annotate node gpu-a {ANNOTATION}- && kubectl -n kube-system delete lease {SLOT0} (and uncordon it once "
+        "healthy)\n"
+    )
+    assert held(fake) == {SLOT0: "gpu-a"} and fake.state()["cordoned"] == ["gpu-a"]
+
+
+@pytest.mark.parametrize(
+    ("state", "config", "saw"),
+    [
+        ({"api_down": True}, None, "no answer (The connection to the server 10.0.0.1:6443 was refused"),
+        ({}, "a stale kubeconfig", "Unauthorized (the API server refused the credentials)"),
+    ],
+)
+def test_api_server_errors_are_one_line_with_kubectls_output_below(
+    tmp_path: Path, state: dict[str, Any], config: str | None, saw: str
+) -> None:
+    fake = make_cluster(tmp_path, ["gpu-a"], **state)
+    client = kube(fake, tmp_path, config=config) if config else kube(fake, tmp_path)
+    with pytest.raises(cluster.Failure) as failure:
+        cluster.Rollout(client, "gpu-a").take()
+    assert str(failure.value).startswith(
+        f"rollout: kubectl get node gpu-a: expected an answer from the API server at https://{ENDPOINT}, saw {saw}"
+    )
+    assert failure.value.output.startswith(("The connection to the server", "error: You must be logged in"))
+
+
+def test_a_failed_drain_names_each_pod_and_why(tmp_path: Path) -> None:
+    fake = FakeCluster(tmp_path / "api.json", kube.__globals__["KUBECONFIG"], nodes=["gpu-a"])
+    fake.pods = [Pod("ml", "train-0", "gpu-a", pdb=True), Pod("ml", "serve-0", "gpu-a")]
+    fake.save()
+    with pytest.raises(cluster.Failure) as failure:
+        cluster.drain(kube(fake, tmp_path, "drain"), "gpu-a", 60, emptydir=True, force=False, advice="then retry")
+    assert str(failure.value) == (
+        "drain: pods on gpu-a: expected none left within 60s, saw ml/train-0 (a PodDisruptionBudget refuses its "
+        "eviction); then retry"
+    )
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in failure.value.output
+    assert [p["name"] for p in fake.state()["pods"]] == ["train-0"]  # the other one was evicted
+
+
+def test_the_lease_written_is_a_valid_coordination_lease(tmp_path: Path) -> None:
+    fake = make_cluster(tmp_path, ["gpu-a"])
+    rollout(fake, tmp_path, "gpu-a", lease_seconds=900).take()
+    written = fake.state()["leases"][SLOT0]
+    assert written["apiVersion"] == "coordination.k8s.io/v1" and written["kind"] == "Lease"
+    assert written["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "proxmox-gpu-cluster"}
+    assert written["spec"]["leaseDurationSeconds"] == 900 and written["spec"]["holderIdentity"] == "gpu-a"
+    for key in ("acquireTime", "renewTime"):  # MicroTime, RFC 3339 with microseconds
+        datetime.datetime.strptime(written["spec"][key], "%Y-%m-%dT%H:%M:%S.%fZ")
+    assert json.loads(json.dumps(written)) == written
