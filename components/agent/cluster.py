@@ -227,7 +227,7 @@ class Rollout:
 
     def holders(self) -> str:
         held = ", ".join(
-            f"{s.holder} (cordoned after a failed change: {free_command(s.holder, s.name)})"
+            f"{s.holder} (cordoned by a rollout; if its change failed: {free_command(s.holder, s.name)})"
             if s.holder and self.protected(s) else s.holder or "free"
             for s in self.slots().values() if s.name in self.names
         )  # fmt: skip

@@ -78,8 +78,8 @@ def test_an_expired_slot_is_not_taken_from_a_node_still_cordoned_for_it(tmp_path
     with pytest.raises(cluster.Failure) as failure:
         a.begin("driver")
     assert str(failure.value) == (
-        "rollout: slot for gpu-a: expected one of 1 free within 0s, saw held by gpu-b (cordoned after a failed "
-        f"change: kubectl annotate node gpu-b {ANNOTATION}- && kubectl -n kube-system delete lease {SLOT0}) (pulumi "
+        "rollout: slot for gpu-a: expected one of 1 free within 0s, saw held by gpu-b (cordoned by a rollout; if its "
+        f"change failed: kubectl annotate node gpu-b {ANNOTATION}- && kubectl -n kube-system delete lease {SLOT0}) (pulumi "
         "up --parallel must exceed kubernetes.drain.maxUnavailable)"
     )
     assert fake.state()["cordoned"] == ["gpu-b"]

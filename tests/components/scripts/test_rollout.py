@@ -144,8 +144,8 @@ def test_a_failed_verify_leaves_the_node_cordoned_and_keeping_its_slot(tmp_path:
     blocked = run(other, "driver", spec("gpu-b", NEW, wait=0))
     assert blocked.returncode == 1 and cluster.state()["cordoned"] == ["gpu-a"]
     assert (
-        f"rollout: slot for gpu-b: expected one of 1 free within 0s, saw held by gpu-a (cordoned after a failed "
-        f"change: kubectl annotate node gpu-a"
+        "rollout: slot for gpu-b: expected one of 1 free within 0s, saw held by gpu-a (cordoned by a rollout; if "
+        "its change failed: kubectl annotate node gpu-a"
     ) in blocked.stderr
     # Fixed and run again: verify passes, the node is uncordoned and its slot given back.
     guest.write("fake-gpus", "GPU 0: NVIDIA A10 (UUID: GPU-7f1c2a80-0000-0000-0000-000000000001)\n")
