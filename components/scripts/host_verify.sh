@@ -6,17 +6,38 @@
 #
 # Usage: host_verify.sh --kernel-arg <arg> [...] --gpu <domain:bus:device> [--gpu ...] [--nested 0|1]
 # Paths are under $PGC_ROOT (empty on a real host). On success prints "group <slot> <n>" per GPU; on failure
-# prints "host-verify: <step>: expected ...; saw ..." to stderr and exits 1.
+# prints "host-verify: <what>: expected <x>, saw <y>" to stderr and exits 1. It changes nothing, so it converges
+# trivially; it waits for the node's step lock so it never reads a state host prep is in the middle of changing.
 set -euo pipefail
+set -E # the ERR trap below also fires in functions
 
 ROOT="${PGC_ROOT:-}"
+LOCK="$ROOT/run/lock/proxmox-gpu-cluster.lock"
 kernel_args=()
 gpus=()
 nested=0
 
 fail() {
-  echo "host-verify: $1: expected $2; saw $3" >&2
+  echo "host-verify: $1: expected $2, saw $3" >&2
   exit 1
+}
+# A command failing where no check expects it still names itself (its own output is above).
+on_error() {
+  ((BASH_SUBSHELL)) || echo "host-verify: ${BASH_COMMAND} failed: expected exit 0, saw exit $1" >&2
+  exit "$1"
+}
+trap 'on_error $?' ERR
+
+# One step at a time on this node (see host_prep.sh): the flock dies with its holder; the wait is bounded.
+lock() {
+  local wait="${PGC_LOCK_TIMEOUT:-600}" holder
+  mkdir -p "${LOCK%/*}"
+  exec 9<>"$LOCK"
+  if ! flock -w "$wait" 9; then
+    holder="$(head -n 1 "$LOCK" 2>/dev/null || true)"
+    fail lock "${LOCK#"$ROOT"} free within ${wait}s" "it held by ${holder:-an unknown process}"
+  fi
+  printf 'host-verify (pid %s) since %s\n' "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$LOCK"
 }
 
 while (($#)); do
@@ -24,10 +45,7 @@ while (($#)); do
   --kernel-arg) kernel_args+=("$2") ;;
   --gpu) gpus+=("$2") ;;
   --nested) nested="$2" ;;
-  *)
-    echo "host-verify: arguments: unknown argument $1" >&2
-    exit 1
-    ;;
+  *) fail arguments "a known argument" "$1" ;;
   esac
   shift 2
 done
@@ -38,6 +56,7 @@ kernel_log() {
   journalctl -k -b 0 --no-pager 2>/dev/null || true
 }
 
+lock
 running="$(cat "$ROOT/proc/cmdline")"
 for arg in "${kernel_args[@]}"; do
   if [[ " $running " != *" $arg "* ]]; then

@@ -3,30 +3,74 @@
 # -fw_cfg name=opt/ovmf/X-PciMmio64Mb. Runs on the Proxmox host because `args` is root-only in the API
 # (token-authenticated users cannot set it).
 #
-# A new worker VM is created stopped, so it gets the window before its first start and boots once: the args are
-# set, then the VM is started. Idempotent: nothing happens to a running VM that has the args. A running VM
-# without them (someone removed them) is restarted once so QEMU starts with them.
+# Converges from any state, deciding from what RUNS, not from the config alone: QEMU reads `args` only when it
+# starts, so the window must be in the VM's config (qm config) and in the argv of its running kvm process
+# (/proc/<pid>/cmdline, the pid from /var/run/qemu-server/<vmid>.pid). A new worker VM is created stopped, so it
+# gets the window before its first start and boots once. A running VM whose kvm process lacks the window (someone
+# removed the args, or a run was cut off between setting them and restarting the VM) is restarted once; it is
+# never reported unchanged. A running VM that has it is left alone.
 # With --address (a DHCP worker), waits until the guest agent reports an IPv4 address and prints "address: IP".
+# Prints one "large-bar: ..." line saying what it did; failures print "large-bar: <what>: expected <x>, saw <y>".
 #
 # Usage: large_bar.sh <vmid> <mmio-mb> [--address]
 set -euo pipefail
+set -E # the ERR trap below also fires in functions
 
-vmid="$1"
-mmio_mb="$2"
+ROOT="${PGC_ROOT:-}"
+LOCK="$ROOT/run/lock/proxmox-gpu-cluster.lock"
+
+fail() {
+  echo "large-bar: $1: expected $2, saw $3" >&2
+  exit 1
+}
+# A command failing where no check expects it still names itself (its own output is above).
+on_error() {
+  ((BASH_SUBSHELL)) || echo "large-bar: ${BASH_COMMAND} failed: expected exit 0, saw exit $1" >&2
+  exit "$1"
+}
+trap 'on_error $?' ERR
+
+vmid="${1:-}"
+mmio_mb="${2:-}"
 want_address="${3:-}"
 wanted="-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=${mmio_mb}"
-[[ "$vmid" =~ ^[0-9]{3,9}$ ]] || { echo "large-bar: vmid: expected a number, seen '$vmid'" >&2; exit 1; }
-[[ "$mmio_mb" =~ ^[0-9]{1,7}$ ]] || { echo "large-bar: mmio: expected MiB, seen '$mmio_mb'" >&2; exit 1; }
-[[ -z "$want_address" || "$want_address" == --address ]] ||
-  { echo "large-bar: expected --address or nothing, seen '$want_address'" >&2; exit 1; }
+[[ "$vmid" =~ ^[0-9]{3,9}$ ]] || fail vmid "a number" "'$vmid'"
+[[ "$mmio_mb" =~ ^[0-9]{1,7}$ ]] || fail mmio "MiB" "'$mmio_mb'"
+[[ -z "$want_address" || "$want_address" == --address ]] || fail arguments "--address or nothing" "'$want_address'"
 
-if [[ "$(id -u)" != 0 ]]; then
-  echo "large-bar: qm set --args needs root on this node; set proxmox.sshUser to root or use authMode: password" >&2
-  exit 1
-fi
+uid="$(id -u)"
+[[ "$uid" == 0 ]] || fail user "root (qm set --args is root-only)" "uid $uid; set proxmox.sshUser to root or use \
+authMode: password"
+
+# One step at a time on this node (see host_prep.sh): the flock dies with its holder; the wait is bounded. Every
+# qm that may start a VM gets fd 9 closed, or the VM's QEMU process would hold the lock for as long as it runs.
+lock() {
+  local wait="${PGC_LOCK_TIMEOUT:-600}" holder
+  mkdir -p "${LOCK%/*}"
+  exec 9<>"$LOCK"
+  if ! flock -w "$wait" 9; then
+    holder="$(head -n 1 "$LOCK" 2>/dev/null || true)"
+    fail lock "${LOCK#"$ROOT"} free within ${wait}s" "it held by ${holder:-an unknown process}"
+  fi
+  printf 'large-bar %s (pid %s) since %s\n' "$vmid" "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$LOCK"
+}
 
 running() {
-  qm status "$vmid" | grep -q 'status: running'
+  local status
+  status="$(qm status "$vmid" 2>&1)" || fail status "qm status $vmid to answer" "'$status'"
+  [[ "$status" == *"status: running"* ]]
+}
+
+# running_args: the argv of the VM's kvm process, space-separated; nothing when there is none.
+running_args() {
+  local pid
+  pid="$(cat "$ROOT/var/run/qemu-server/$vmid.pid" 2>/dev/null)" || return 0
+  [[ "$pid" =~ ^[0-9]+$ && -r "$ROOT/proc/$pid/cmdline" ]] || return 0
+  tr '\0' ' ' <"$ROOT/proc/$pid/cmdline"
+}
+
+has_window() {
+  [[ " $(running_args) " == *" $wanted "* ]]
 }
 
 # guest_address: the first non-loopback IPv4 address the guest agent reports, nothing while it does not answer.
@@ -41,29 +85,34 @@ guest_address() {
 }
 
 main() {
-  local current address waited=0
-  current="$(qm config "$vmid" | sed -n 's/^args: //p')"
+  local config current address waited=0 set=0 did
+  lock
+  config="$(qm config "$vmid" 2>&1)" || fail config "the config of VM $vmid (qm config)" "'$config'"
+  current="$(sed -n 's/^args: //p' <<<"$config")"
   if [[ "$current" != "$wanted" ]]; then
-    qm set "$vmid" --args "$wanted"
-    if running; then
-      qm shutdown "$vmid" --timeout 180 || qm stop "$vmid"
-      qm start "$vmid"
-      echo "large-bar: set and restarted"
-    else
-      qm start "$vmid"
-      echo "large-bar: set; first start"
-    fi
-  elif ! running; then
-    qm start "$vmid"
-    echo "large-bar: unchanged; started"
-  else
-    echo "large-bar: unchanged"
+    qm set "$vmid" --args "$wanted" >&2
+    set=1
   fi
+  if running && has_window; then
+    did="unchanged"
+    if ((set)); then did="set (it already runs with it)"; fi
+  elif running; then
+    qm shutdown "$vmid" --timeout 180 9>&- >&2 || qm stop "$vmid" 9>&- >&2
+    qm start "$vmid" 9>&- >&2
+    did="restarted (it ran without the MMIO window)"
+    if ((set)); then did="set and restarted"; fi
+  else
+    qm start "$vmid" 9>&- >&2
+    did="unchanged; started"
+    if ((set)); then did="set; first start"; fi
+  fi
+  has_window || fail mmio-window "'$wanted' in the argv of VM $vmid's kvm process" "'$(running_args)'"
+  echo "large-bar: $did"
   [[ -n "$want_address" ]] || return 0
+  exec 9>&- # waiting for the guest agent changes nothing: the other steps on this node may go on
   until address="$(guest_address)" && [[ -n "$address" ]]; do
     if ((waited >= 600)); then
-      echo "large-bar: guest agent of VM $vmid: expected an IPv4 address within 600s, seen none" >&2
-      exit 1
+      fail address "an IPv4 address from the guest agent of VM $vmid within 600s" "none"
     fi
     sleep 5
     waited=$((waited + 5))

@@ -125,6 +125,7 @@ if [ "$1" = list ]; then
   done
   exit 0
 fi
+[ "$1" = guest ] && vmid="$3"  # qm guest cmd <vmid> <command>
 conf="$vms/$vmid.conf"
 [ -f "$conf" ] || { echo "Configuration file 'nodes/pve1/qemu-server/$vmid.conf' does not exist" >&2; exit 2; }
 case "$1" in

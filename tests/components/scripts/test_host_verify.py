@@ -50,7 +50,7 @@ def test_kernel_args_missing(host: FakeRoot) -> None:
     host.write("proc/cmdline", "BOOT_IMAGE=/boot/vmlinuz ro quiet\n")
     r = verify(host, "0000:41:00")
     assert r.returncode == 1
-    assert r.stderr.startswith("host-verify: kernel-args: expected amd_iommu=on in /proc/cmdline; saw BOOT_IMAGE")
+    assert r.stderr.startswith("host-verify: kernel-args: expected amd_iommu=on in /proc/cmdline, saw BOOT_IMAGE")
 
 
 def test_kernel_args_missing_while_host_prep_waits_for_a_reboot(host: FakeRoot) -> None:
@@ -103,7 +103,7 @@ def test_gpu_still_on_the_nvidia_driver(host: FakeRoot) -> None:
     host.link("sys/bus/pci/devices/0000:81:00.1/driver", str(host.root / "sys/bus/pci/drivers/snd_hda_intel"))
     r = verify(host, "0000:81:00")
     assert r.returncode == 1
-    assert r.stderr.strip() == "host-verify: driver: expected 0000:81:00.1 bound to vfio-pci; saw snd_hda_intel"
+    assert r.stderr.strip() == "host-verify: driver: expected 0000:81:00.1 bound to vfio-pci, saw snd_hda_intel"
 
 
 def test_shared_group_names_the_other_devices(host: FakeRoot) -> None:
@@ -122,7 +122,9 @@ def test_missing_gpu(host: FakeRoot) -> None:
 def test_verify_changes_nothing(host: FakeRoot) -> None:
     before = host.snapshot()
     verify(host, "0000:41:00", "0000:81:00")
-    assert host.snapshot() == before
+    after = host.snapshot()
+    assert after.pop("run/lock/proxmox-gpu-cluster.lock").startswith("host-verify (pid ")  # the lock's holder line
+    assert after == before
 
 
 @pytest.mark.parametrize(("module", "value", "ok"), [("kvm_amd", "1", True), ("kvm_intel", "Y", True),
