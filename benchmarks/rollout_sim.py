@@ -1,8 +1,10 @@
 """Rolling driver bump simulation: N joined nodes (fake guests running the real driver and verify steps against
 one fake API server that keeps the slots), all started at once as Pulumi would, for each maxUnavailable.
 
-Prints, per maxUnavailable: the most nodes cordoned at once (must equal maxUnavailable), how many slot rounds the
-roll took, the simulation's own wall time, and the modelled wall time of a real roll from assumed step durations.
+Prints, per maxUnavailable: the most nodes cordoned at once (must equal maxUnavailable; the fake API server checks
+the nodes cordoned by a rollout after every request, and the cordon/uncordon events must agree), how many slot rounds
+the roll took, the simulation's own wall time, and the modelled wall time of a real roll from assumed step
+durations. Every slot must be free at the end.
 
     python benchmarks/rollout_sim.py                 # N = 10, maxUnavailable 1 and 3
     python benchmarks/rollout_sim.py --nodes 6 --max-unavailable 2
@@ -46,14 +48,20 @@ def simulate(nodes: int, max_unavailable: int) -> dict[str, float]:
         failed = [n for n, (d, v) in zip(names, results, strict=True) if d.returncode or v.returncode]
         if failed:
             raise SystemExit(f"nodes failed: {failed}")
+        state = cluster.state()
+        held = {name: lease["spec"].get("holderIdentity") for name, lease in state["leases"].items()}
+        if any(held.values()) or state["cordoned"]:
+            raise SystemExit(f"left behind: slots {held}, cordoned {state['cordoned']}")
         out: set[str] = set()
-        peak, events = 0, sorted(cluster.state()["events"])
+        peak, events = 0, sorted(state["events"])
         for _, what, node in events:
             if what == "cordon":
                 out.add(node)
             elif what == "uncordon":
                 out.discard(node)
             peak = max(peak, len(out))
+        if peak != state["peak"]:
+            raise SystemExit(f"cordon/uncordon events say {peak} at once, the API server saw {state['peak']}")
         rounds = math.ceil(nodes / max_unavailable)
         return {"peak": peak, "rounds": rounds, "sim_seconds": seconds,
                 "model_minutes": rounds * sum(ASSUMED.values()) / 60}  # fmt: skip
