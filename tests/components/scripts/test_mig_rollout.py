@@ -132,3 +132,21 @@ def test_a_repartition_that_never_settles_fails_in_bounded_time(guest: FakeGuest
     end = phase(guest, "end", timeout=1)
     assert end.returncode == 1
     assert f"expected success for {NEW} on {NODE} within 1s, saw label {NEW}, state pending" in end.stderr
+
+
+@pytest.mark.parametrize("down", [True, False])
+def test_an_api_server_that_does_not_answer_or_refuses_fails_in_one_line(
+    guest: FakeGuest, cluster: FakeCluster, down: bool
+) -> None:
+    cluster.save(api_down=down)
+    if not down:
+        (cluster.path.parent / "expected-kubeconfig").write_text("another cluster's admin kubeconfig\n")
+    begin = phase(guest, "begin")
+    assert begin.returncode == 1
+    saw = "no answer (The connection to the server" if down else "Unauthorized (the API server refused the credentials)"
+    assert begin.stderr.startswith(
+        f"rollout: kubectl get node {NODE}: expected an answer from the API server at https://k8s.example.test:6443, "
+        f"saw {saw}"
+    )
+    assert cluster.state()["cordoned"] == [] and "CANARY" not in begin.stderr
+    assert not list((guest.root / "run").glob("pgc-kubeconfig*"))

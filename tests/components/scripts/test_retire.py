@@ -234,3 +234,26 @@ def test_the_create_step_only_checks_the_agent(host: FakeRoot, cluster: FakeClus
     assert r.stdout.strip() == f"retire: ready: VM 3201 ({NODE}) answers through its guest agent"
     assert not any(c.startswith("qm guest exec") for c in r.calls)
     assert cluster.state()["cordoned"] == []
+
+
+def test_a_stale_kubeconfig_is_refused_in_one_line(guest: FakeGuest, cluster: FakeCluster) -> None:
+    stdin = assignments({KUBECONFIG_VAR: "apiVersion: v1\nkind: Config\n# revoked\n"}) + drain_script()
+    spec = DrainSpec.model_validate({"timeoutSeconds": 600})
+    r = guest.run_stdin(stdin, *drain_args(NODE, ENDPOINT, spec, kubeadm_reset=True))
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[0] == (
+        f"drain: kubectl get node {NODE}: expected an answer from the API server at https://{ENDPOINT}, saw "
+        "Unauthorized (the API server refused the credentials)"
+    )
+    assert r.stderr.splitlines()[1] == "error: You must be logged in to the server (Unauthorized)"  # kubectl's own
+    assert NODE in cluster.state()["nodes"] and not any(c.startswith("kubeadm") for c in r.calls)
+
+
+def test_a_killed_retire_leaves_no_kubeconfig_after_the_next_run(guest: FakeGuest, cluster: FakeCluster) -> None:
+    guest.fault(2, "kill")  # killed at the cordon (the 2nd kubectl call): its kubeconfig file stays behind
+    assert drain(guest).returncode != 0 and guest.killed
+    assert [p.name for p in (guest.root / "run").glob("pgc-drain.*")]
+    guest.fault(None)
+    r = drain(guest)
+    assert r.returncode == 0, r.stderr
+    assert_no_leak(r, guest)
