@@ -45,7 +45,11 @@ die() {
 }
 # A command failing where no check expects it still names itself (its own output is above). Inside a command
 # substitution the trap only exits: the assignment around it fails next and is named by the outer shell.
-trap 'rc=$?; ((BASH_SUBSHELL)) || echo "host-prep: ${BASH_COMMAND} failed: expected exit 0, saw exit $rc" >&2; exit "$rc"' ERR
+on_error() {
+  ((BASH_SUBSHELL)) || echo "host-prep: ${BASH_COMMAND} failed: expected exit 0, saw exit $1" >&2
+  exit "$1"
+}
+trap 'on_error $?' ERR
 
 while (($#)); do
   case "$1" in
@@ -204,6 +208,15 @@ grub_generated() {
   echo "${words[*]}"
 }
 
+# generated_boot_config: what the next boot's kernel command line was generated from, per boot loader.
+generated_boot_config() {
+  if [[ "$boot_loader" == grub ]]; then
+    echo "grub: $(grub_generated)"
+  else
+    echo "systemd-boot: $(cat "$STATE/kernel-cmdline-refreshed" 2>/dev/null || true)"
+  fi
+}
+
 # initramfs_fingerprint: of the module files this step manages, as the initramfs should pack them.
 initramfs_fingerprint() {
   cat "${initramfs_files[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1
@@ -256,7 +269,7 @@ running_guests() {
 
 main() {
   local current merged boot_file boot_content refresh_boot=() functions=() ids=() fn slot expected id found
-  local id_list gpu file running boot_id unbound=() reason guests="" scheduled_boot="" scheduled_reason="" generated
+  local id_list gpu file running boot_id unbound=() reason guests="" scheduled_boot="" scheduled_reason="" scheduled_config="" generated
   local -a missing=() initramfs_files
   local -A content=()
   lock
@@ -393,10 +406,13 @@ update-grub" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_
 
   # A reboot this step scheduled in another boot for this same reason has happened and did not bring what it was
   # for: rebooting again would bring the same.
+  # A boot configuration generated differently since (the cause was fixed) is worth a new reboot.
+  generated="$(generated_boot_config)"
   if [[ -f "$SCHEDULED" ]]; then
-    read -r scheduled_boot scheduled_reason <"$SCHEDULED" || true
+    { read -r scheduled_boot scheduled_reason && read -r scheduled_config; } <"$SCHEDULED" || true
   fi
-  if [[ -n "$scheduled_boot" && "$scheduled_boot" != "$boot_id" && "$scheduled_reason" == "$reason" ]]; then
+  if [[ -n "$scheduled_boot" && "$scheduled_boot" != "$boot_id" && "$scheduled_reason" == "$reason" &&
+    "$scheduled_config" == "$generated" ]]; then
     if ((${#missing[@]})); then
       die reboot "${missing[*]} in /proc/cmdline after the reboot host prep scheduled (boot $scheduled_boot)" \
         "'$running'; not rebooting again: the node booted something other than what ${refresh_boot[*]} generated \
@@ -423,7 +439,7 @@ ${SCHEDULED#"$ROOT"} to let host prep reboot it again"
 always (or never, and reboot it yourself). The configuration is written; the next run continues from here"
   fi
   # Recorded before it is scheduled: a run cut off in between finds the same boot id and schedules it again.
-  put_file "$SCHEDULED" "$boot_id $reason"
+  put_file "$SCHEDULED" "$boot_id $reason"$'\n'"$generated"
   # Reboot a few seconds after this command returns, so the SSH session ends cleanly first.
   systemd-run --on-active=5 systemctl reboot >&2
   echo "reboot: scheduled ($reason${guests:+; running guests go down with it: $guests})"

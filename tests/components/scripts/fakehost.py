@@ -157,6 +157,7 @@ class FakeHost(FakeRoot):
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
+        self.bodies: dict[str, str] = {}
         self.stub_script("update-grub", _UPDATE_GRUB)
         self.stub_script("proxmox-boot-tool", _BOOT_TOOL)
         self.stub_script("update-initramfs", _UPDATE_INITRAMFS)
@@ -183,6 +184,14 @@ class FakeHost(FakeRoot):
         self.device("0000:81:00.0", "10de", "20f1", group=50)
         self.device("0000:81:00.1", "10de", "1aef", driver="snd_hda_intel", pci_class="0x040300", group=50)
         self.reboot()
+
+    def stub_script(self, name: str, body: str) -> None:
+        self.bodies[name] = body
+        super().stub_script(name, body)
+
+    def prepend(self, name: str, shell: str) -> None:
+        """Run ``shell`` first in the stub ``name``, e.g. a delay or a failure, then what it does."""
+        self.stub_script(name, f"{shell}\n{self.bodies[name]}")
 
     def clone(self, root: Path) -> FakeHost:
         """The same node in another directory (faster than building it again: the harness needs hundreds)."""

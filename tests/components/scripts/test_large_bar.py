@@ -66,9 +66,7 @@ def test_a_running_vm_with_the_window_whose_config_lost_it_is_not_restarted(host
 
 def test_a_shutdown_that_times_out_falls_back_to_stop(host: FakeHost) -> None:
     host.vm(2102, "gpu-a100-a", running=True)
-    qm = (host.bin / "qm").read_text()
-    host.stub_script("qm", '[ "$1" = shutdown ] && { echo "VM quit/powerdown failed - got timeout" >&2; exit 255; }\n'
-                     + qm.split("\n", 1)[1])  # fmt: skip
+    host.prepend("qm", '[ "$1" = shutdown ] && { echo "VM quit/powerdown failed - got timeout" >&2; exit 255; }')
     r = host.run("large_bar.sh", "2102", "65536")
     assert r.returncode == 0 and r.stdout == "large-bar: set and restarted\n"
     assert "qm stop 2102" in r.calls and WINDOW in (host.running_args(2102) or "")
