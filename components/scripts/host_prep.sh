@@ -1,29 +1,23 @@
 #!/usr/bin/env bash
 # Prepare a Proxmox VE node for GPU passthrough: IOMMU kernel arguments, vfio modules, host driver blacklist,
-# vfio-pci for the GPUs the node declares. Converges from any state: every decision compares what the node runs
-# and what its boot configuration was last generated from with what is wanted, never what this run changed.
-#
+# vfio-pci for the GPUs the node declares.
 # Usage: host_prep.sh --cpu-vendor intel|amd --boot-loader grub|systemd-boot|auto --acs-override 0|1
 #                     --reboot-policy when-idle|always|never --gpu <domain:bus:device>=<vendor:device> [--gpu ...]
 # Every path is under $PGC_ROOT (empty on a real host) so tests can run against a fake root.
 #
-# State it observes: the files (written atomically when their content differs); the boot configuration GENERATED
-# from them (GRUB: the default entry of /boot/grub/grub.cfg; systemd-boot: the /etc/kernel/cmdline the last
-# successful proxmox-boot-tool refresh copied to the ESPs, recorded here as the ESPs are not mounted); the
-# initramfs (a fingerprint of the module files the last successful update-initramfs packed); the running kernel's
-# /proc/cmdline and the live vfio-pci bindings. A "pending" marker is written before each regeneration and removed
-# after it, so a regeneration cut short is redone even when nothing else looks stale.
-#
-# Reboots: only the kernel command line needs one. A GPU newly declared on a node that already runs with the
-# IOMMU on is bound to vfio-pci at runtime (driver_override + probe); the files make later boots do the same. When
-# the running kernel lacks an argument, the reboot follows --reboot-policy: when-idle reboots only if no VM or
-# container runs on the node (otherwise the step fails naming them), always reboots anyway, never reports
-# "reboot: required" and leaves it to you. A scheduled reboot is recorded with the boot id it was scheduled in: if
-# the node came back (new boot id) still without what the reboot was for, the step fails saying so instead of
-# rebooting again.
+# Converges from any state: it compares what is wanted with what it observes, never with what this run changed:
+# the files (rewritten atomically when they differ); the boot configuration GENERATED from them (GRUB: the default
+# entry of /boot/grub/grub.cfg; systemd-boot: the /etc/kernel/cmdline the last successful proxmox-boot-tool refresh
+# copied to the ESPs, recorded here as the ESPs are not mounted); the initramfs (a fingerprint of the module files
+# the last successful update-initramfs packed, a "pending" marker written before each regeneration); the running
+# /proc/cmdline; the live vfio-pci bindings. Only a missing kernel argument (or a GPU that will not unbind) needs
+# a reboot; a GPU newly declared on a node running with the IOMMU on is bound at runtime. The reboot follows
+# --reboot-policy: when-idle only with no VM or container running (else the step fails naming them), always
+# anyway, never: "reboot: required" and left to you. A scheduled reboot is recorded with its boot id: a node that
+# came back (new boot id) without what the reboot was for fails the step instead of rebooting again.
 # Prints "changed: <file>" per rewritten file, "vfio: ..." per runtime binding, and finally "reboot: scheduled",
-# "reboot: required" or "reboot: not-needed". Failures print one line "host-prep: <what>: expected <x>, saw <y>"
-# (a tool's own output below it) and exit non-zero.
+# "reboot: required" or "reboot: not-needed". Failures: one line "host-prep: <what>: expected <x>, saw <y>" (a
+# tool's own output below it), exit 1.
 set -euo pipefail
 set -E # the ERR trap below also fires in functions
 
@@ -32,11 +26,7 @@ STATE="$ROOT/var/lib/proxmox-gpu-cluster"
 MARKER="$ROOT/run/proxmox-gpu-cluster/reboot-required"
 SCHEDULED="$STATE/reboot-scheduled"
 LOCK="$ROOT/run/lock/proxmox-gpu-cluster.lock"
-cpu_vendor=""
-boot_loader="auto"
-acs_override=0
-reboot_policy="when-idle"
-gpus=()
+cpu_vendor="" boot_loader="auto" acs_override=0 reboot_policy="when-idle" gpus=() changed=()
 
 # die <what> <expected> <saw>
 die() {
@@ -74,11 +64,7 @@ esac
 [[ ${#gpus[@]} -gt 0 ]] || die arguments "at least one --gpu" "none"
 
 wanted_args=("${cpu_vendor}_iommu=on" "iommu=pt")
-if [[ "$acs_override" == 1 ]]; then
-  wanted_args+=("pcie_acs_override=downstream,multifunction")
-fi
-
-changed=()
+[[ "$acs_override" != 1 ]] || wanted_args+=("pcie_acs_override=downstream,multifunction")
 
 # One step at a time on this node: host prep, host verify and the large-BAR steps of its workers read and change
 # the same state. The flock dies with its holder (even a SIGKILLed one), so a killed run never blocks the next; the
@@ -124,10 +110,8 @@ differs() {
 
 # put <file> <content>: write it when it differs (leftover temporary files of a killed run go first); remember it.
 put() {
-  local file="$1" content="$2" stale
-  for stale in "$file".pgc-*; do
-    [[ ! -e "$stale" ]] || rm -f "$stale"
-  done
+  local file="$1" content="$2"
+  rm -f "$file".pgc-*
   differs "$file" "$content" || return 0
   put_file "$file" "$content"
   changed+=("${file#"$ROOT"}")
@@ -136,26 +120,15 @@ put() {
 # Merge the wanted arguments into a kernel command line: an argument with the same key is replaced,
 # everything else is kept in order, nothing is duplicated.
 merge_args() {
-  local line="$1" token key out=() seen
-  local -A wanted=()
+  local token keys=" " out=() tokens=()
   for token in "${wanted_args[@]}"; do
-    wanted["${token%%=*}"]="$token"
+    keys+="${token%%=*} "
   done
-  read -r -a tokens <<<"$line"
+  read -r -a tokens <<<"$1" || true
   for token in "${tokens[@]}"; do
-    key="${token%%=*}"
-    if [[ -n "${wanted[$key]:-}" ]]; then
-      continue
-    fi
-    out+=("$token")
+    [[ "$keys" == *" ${token%%=*} "* ]] || out+=("$token")
   done
-  for token in "${wanted_args[@]}"; do
-    seen=0
-    for key in "${out[@]}"; do
-      [[ "$key" == "$token" ]] && seen=1
-    done
-    ((seen)) || out+=("$token")
-  done
+  out+=("${wanted_args[@]}")
   echo "${out[*]}"
 }
 
@@ -186,10 +159,6 @@ regenerate() {
   [[ -z "$out" ]] || printf '%s\n' "$out" >&2
 }
 
-done_regenerating() {
-  rm -f "$STATE/$1-pending"
-}
-
 # has_args <command line>: whether it holds every wanted argument; the missing ones in $missing.
 has_args() {
   local token
@@ -208,15 +177,6 @@ grub_generated() {
   echo "${words[*]}"
 }
 
-# generated_boot_config: what the next boot's kernel command line was generated from, per boot loader.
-generated_boot_config() {
-  if [[ "$boot_loader" == grub ]]; then
-    echo "grub: $(grub_generated)"
-  else
-    echo "systemd-boot: $(cat "$STATE/kernel-cmdline-refreshed" 2>/dev/null || true)"
-  fi
-}
-
 # initramfs_fingerprint: of the module files this step manages, as the initramfs should pack them.
 initramfs_fingerprint() {
   cat "${initramfs_files[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1
@@ -224,9 +184,7 @@ initramfs_fingerprint() {
 
 # bound_driver <sysfs device>: the driver bound to it, or nothing.
 bound_driver() {
-  if [[ -L "$1/driver" ]]; then
-    basename "$(readlink "$1/driver")"
-  fi
+  if [[ -L "$1/driver" ]]; then basename "$(readlink "$1/driver")"; fi
 }
 
 # sysfs_write <value> <file>: bounded (an unbind can hang on a busy device). --foreground keeps tee in the step's
@@ -241,12 +199,9 @@ bind_vfio() {
   local dev="$ROOT/sys/bus/pci/devices/$1" current
   current="$(bound_driver "$dev")"
   [[ "$current" == vfio-pci ]] && return 0
-  if [[ "$(cat "$dev/driver_override" 2>/dev/null || true)" != vfio-pci ]]; then
+  [[ "$(cat "$dev/driver_override" 2>/dev/null || true)" == vfio-pci ]] ||
     sysfs_write vfio-pci "$dev/driver_override" || return 1
-  fi
-  if [[ -n "$current" ]]; then
-    sysfs_write "$1" "$dev/driver/unbind" || return 1
-  fi
+  [[ -z "$current" ]] || sysfs_write "$1" "$dev/driver/unbind" || return 1
   sysfs_write "$1" "$ROOT/sys/bus/pci/drivers_probe" || true # the probe's status is what the link shows
   [[ "$(bound_driver "$dev")" == vfio-pci ]] || return 1
   echo "vfio: $1 bound to vfio-pci (was ${current:-unbound})"
@@ -257,9 +212,7 @@ bind_vfio() {
 running_guests() {
   local vms cts=""
   vms="$(qm list)" || return 1
-  if command -v pct >/dev/null; then
-    cts="$(pct list)" || return 1
-  fi
+  ! command -v pct >/dev/null || cts="$(pct list)" || return 1
   {
     awk 'NR > 1 && $3 == "running" { print "VM " $1 " (" $2 ")" }' <<<"$vms"
     # pct list's Lock column may be empty: the name is the last field.
@@ -269,13 +222,12 @@ running_guests() {
 
 main() {
   local current merged boot_file boot_content refresh_boot=() functions=() ids=() fn slot expected id found
-  local id_list gpu file running boot_id unbound=() reason guests="" scheduled_boot="" scheduled_reason="" scheduled_config="" generated
+  local id_list gpu file running boot_id unbound=() reason guests="" generated
+  local scheduled_boot="" scheduled_reason="" scheduled_config=""
   local -a missing=() initramfs_files
   local -A content=()
   lock
-  if [[ "$boot_loader" == auto ]]; then
-    boot_loader="$(detect_boot_loader)"
-  fi
+  [[ "$boot_loader" != auto ]] || boot_loader="$(detect_boot_loader)"
 
   case "$boot_loader" in
   grub)
@@ -342,13 +294,9 @@ softdep snd_hda_intel pre: vfio-pci"
     "$ROOT/etc/modprobe.d/vfio.conf")
 
   # The pending markers go first, so a run cut off after a file changed redoes the regeneration it needs.
-  if differs "$boot_file" "$boot_content"; then
-    mark boot-loader
-  fi
+  ! differs "$boot_file" "$boot_content" || mark boot-loader
   for file in "${initramfs_files[@]}"; do
-    if differs "$file" "${content[$file]}"; then
-      mark initramfs
-    fi
+    ! differs "$file" "${content[$file]}" || mark initramfs
   done
   put "$boot_file" "$boot_content"
   for file in "${initramfs_files[@]}"; do
@@ -364,7 +312,7 @@ softdep snd_hda_intel pre: vfio-pci"
     [[ "$(cat "$STATE/initramfs-generated" 2>/dev/null || true)" != "$(initramfs_fingerprint)" ]]; then
     regenerate initramfs update-initramfs -u -k all
     put_file "$STATE/initramfs-generated" "$(initramfs_fingerprint)"
-    done_regenerating initramfs
+    rm -f "$STATE/initramfs-pending"
   fi
 
   # Kernel arguments take effect through the boot loader's generated configuration.
@@ -375,13 +323,13 @@ softdep snd_hda_intel pre: vfio-pci"
       # A file in /etc/default/grub.d may set the variable again: then no reboot could ever help.
       has_args "$generated" || die boot-config "${missing[*]} in the first linux line of /boot/grub/grub.cfg after \
 update-grub" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_LINUX_DEFAULT?)"
-      done_regenerating boot-loader
+      rm -f "$STATE/boot-loader-pending"
     fi
   elif [[ -e "$STATE/boot-loader-pending" ]] ||
     [[ "$(cat "$STATE/kernel-cmdline-refreshed" 2>/dev/null || true)" != "$(cat "$boot_file")" ]]; then
     regenerate boot-loader proxmox-boot-tool refresh
     put_file "$STATE/kernel-cmdline-refreshed" "$(cat "$boot_file")"
-    done_regenerating boot-loader
+    rm -f "$STATE/boot-loader-pending"
   fi
 
   # A reboot is due only when the running kernel lacks an argument, or a GPU cannot be bound at runtime.
@@ -404,10 +352,10 @@ update-grub" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_
     return 0
   fi
 
-  # A reboot this step scheduled in another boot for this same reason has happened and did not bring what it was
-  # for: rebooting again would bring the same.
-  # A boot configuration generated differently since (the cause was fixed) is worth a new reboot.
-  generated="$(generated_boot_config)"
+  # A reboot this step scheduled for this reason in another boot did not bring what it was for: with the same
+  # generated boot configuration, another would bring the same (a different one, say the cause was fixed, may).
+  generated="$boot_loader: $(grub_generated)"
+  [[ "$boot_loader" == grub ]] || generated="$boot_loader: $(cat "$STATE/kernel-cmdline-refreshed")"
   if [[ -f "$SCHEDULED" ]]; then
     { read -r scheduled_boot scheduled_reason && read -r scheduled_config; } <"$SCHEDULED" || true
   fi
@@ -420,8 +368,7 @@ update-grub" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_
 ${SCHEDULED#"$ROOT"} to let host prep reboot it again"
     fi
     die reboot "${unbound[*]} bound to vfio-pci after the reboot host prep scheduled (boot $scheduled_boot)" \
-      "$(for fn in "${unbound[@]}"; do printf '%s ' "$fn: $(bound_driver "$ROOT/sys/bus/pci/devices/$fn")"; done)\
-; not rebooting again: check what claims them first, then reboot it yourself or delete ${SCHEDULED#"$ROOT"}"
+      "them unbound; not rebooting again: check what claims them, reboot it yourself or delete ${SCHEDULED#"$ROOT"}"
   fi
 
   put_file "$MARKER" "$reason"
