@@ -7,6 +7,7 @@ STEP="cloud-init"
 
 main() {
   local id="" version="" rc=0 status
+  guest_begin
   if [[ -r "$ROOT/etc/os-release" ]]; then
     # shellcheck source=/dev/null # the host's os-release, not part of this project
     id="$(. "$ROOT/etc/os-release" && printf '%s' "${ID:-}")"

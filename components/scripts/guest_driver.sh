@@ -65,9 +65,10 @@ BLACKLIST="/etc/modprobe.d/blacklist-nouveau.conf"
 GRUB_DROPIN="/etc/default/grub.d/90-proxmox-gpu-cluster.cfg"
 VFIO_OPTIONS="/etc/modprobe.d/proxmox-gpu-cluster-vfio.conf"
 VFIO_MODULES="/etc/modules-load.d/proxmox-gpu-cluster-vfio.conf"
-
-# blacklist_nouveau: make sure no boot loads nouveau; sets blacklist_changed when it had to.
 blacklist_changed=0
+
+# blacklist_nouveau: make sure no boot loads nouveau: the blacklist in the root file system and in the initramfs
+# (regenerated under the initramfs marker, so a run killed before update-initramfs regenerates it next time).
 blacklist_nouveau() {
   local dir
   for dir in /etc/modprobe.d /usr/lib/modprobe.d /lib/modprobe.d; do
@@ -75,11 +76,19 @@ blacklist_nouveau() {
       return 0
     fi
   done
+  mark initramfs.pending
   put "$BLACKLIST" "# Managed by proxmox-gpu-cluster
 blacklist nouveau
 options nouveau modeset=0"
-  update-initramfs -u
   blacklist_changed=1
+}
+
+# regenerate_initramfs: the initramfs packs /etc/modprobe.d; regenerated when a change set the marker.
+regenerate_initramfs() {
+  if marker initramfs.pending; then
+    tool "update-initramfs -u" update-initramfs -u
+    unmark initramfs.pending
+  fi
 }
 
 # nouveau_gone: unload nouveau if it is bound (nothing uses it: the console is the emulated VGA).
@@ -90,77 +99,100 @@ nouveau_gone() {
   ! loaded nouveau
 }
 
-# tracking_headers: the linux-headers metapackage of every installed kernel metapackage (linux-image-virtual ->
-# linux-headers-virtual). With it, each kernel update (unattended-upgrades) brings that kernel's headers, and DKMS
-# (nvidia-dkms, a dependency of the headless package) builds the NVIDIA module for it before the next boot.
+# tracking_headers <dpkg-query listing of linux-image-*>: the linux-headers metapackage of every installed kernel
+# metapackage (linux-image-virtual -> linux-headers-virtual). With it, each kernel update (unattended-upgrades)
+# brings that kernel's headers, and DKMS (nvidia-dkms, a dependency of the headless package) builds the NVIDIA
+# module for it before the next boot.
 tracking_headers() {
   local status pkg
   while read -r status pkg; do
     [[ "$status" == ii && "$pkg" =~ ^linux-image-([a-z][a-z0-9.-]*)$ ]] || continue
     printf 'linux-headers-%s\n' "${BASH_REMATCH[1]}"
-  done < <(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'linux-image-*' 2>/dev/null || true)
+  done <<<"$1"
 }
 
 # follow_kernel_updates: the running kernel's headers and the kernel-tracking headers are installed (never held:
 # they must follow the kernel). A guest that booted a kernel without headers (no module: nvidia-smi fails) is
 # repaired here: the headers make DKMS build the module, which module_current then loads, without a reboot.
 follow_kernel_updates() {
-  local pkg running missing=()
+  local pkg running images wanted missing=()
   running="linux-headers-$(uname -r)"
+  # In this shell, not inside $(...): a failing query fails the step (read as "no kernel", it would skip them).
+  images="$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'linux-image-*')"
+  wanted="$(printf '%s\n' "$running"; tracking_headers "$images")"
   while read -r pkg; do
     [[ -n "$(installed_version "$pkg")" ]] || missing+=("$pkg")
-  done < <(printf '%s\n' "$running"; tracking_headers)
+  done <<<"$wanted"
   if ((${#missing[@]})); then
     apt_install "${missing[@]}"
     echo "driver: headers installed (${missing[*]}): DKMS builds the module for this and every later kernel"
-    [[ " ${missing[*]} " != *" $running "* ]] || driver_changed=1
   fi
 }
 
-# install_driver: install or re-pin the driver packages; sets driver_changed when it did.
-driver_changed=0
+# install_driver: the driver packages at the pin, installed and configured (dpkg ii), and held (checked every run).
 install_driver() {
-  local have want
+  local have want headers
+  headers="linux-headers-$(uname -r)"
   have="$(installed_version "$driver_pkg")"
   if [[ -z "$version" ]]; then
     # Branch pin only: whatever 580.x is installed stays (the packages are held; upgrades are explicit).
     if [[ -n "$have" && -n "$(installed_version "$utils_pkg")" ]]; then
       echo "driver: $driver_pkg $have (present)"
-      return 0
+    else
+      apt_install "$headers" "$driver_pkg" "$utils_pkg"
+      echo "driver: $driver_pkg $(installed_version "$driver_pkg") (installed)"
     fi
-    apt_install "linux-headers-$(uname -r)" "$driver_pkg" "$utils_pkg"
+  elif [[ "$have" == "$version"-* && "$(installed_version "$utils_pkg")" == "$have" ]]; then
+    echo "driver: $driver_pkg $have (present)"
   else
-    if [[ "$have" == "$version"-* && "$(installed_version "$utils_pkg")" == "$have" ]]; then
-      echo "driver: $driver_pkg $have (present)"
-      return 0
-    fi
+    dpkg_repair
     apt_update
     want="$(candidate "$driver_pkg" "$version")"
     [[ -n "$want" ]] || fail "$driver_pkg" "a $version-* package in the archive" \
       "$(apt-cache madison "$driver_pkg" | awk '{print $3}' | paste -sd, - || true)"
-    apt_install "linux-headers-$(uname -r)" "$driver_pkg=$want" "$utils_pkg=$want"
+    apt_install "$headers" "$driver_pkg=$want" "$utils_pkg=$want"
+    echo "driver: $driver_pkg $(installed_version "$driver_pkg") (installed)"
   fi
   hold "$driver_pkg" "$utils_pkg"
-  driver_changed=1
-  echo "driver: $driver_pkg $(installed_version "$driver_pkg") (installed)"
 }
 
-# configure_kernel_args: the GRUB drop-in holds exactly the wanted arguments (none: no drop-in). Ubuntu's cloud images source /etc/default/grub.d/*.cfg in order, after
-# their own 50-cloudimg-settings.cfg, so appending keeps the console settings.
+# differs <path> <content>: the file is missing or holds something else.
+differs() {
+  [[ ! -f "$ROOT$1" || "$(cat "$ROOT$1")" != "$2" ]]
+}
+
+# grub_cfg_has_args: the generated /boot/grub/grub.cfg boots every wanted argument (what the next boot gets; the
+# drop-in only counts once update-grub has run). No grub.cfg to read: only the marker tells.
+grub_cfg_has_args() {
+  local line arg cfg="$ROOT/boot/grub/grub.cfg"
+  ((${#kernel_args[@]})) && [[ -f "$cfg" ]] || return 0
+  line=" $(grep -m 1 -E '^[[:space:]]*linux[[:space:]]' "$cfg" || true) "
+  for arg in "${kernel_args[@]}"; do
+    [[ "$line" == *[[:space:]]"$arg"[[:space:]]* ]] || return 1
+  done
+}
+
+# configure_kernel_args: the GRUB drop-in holds exactly the wanted arguments (none: no drop-in) and grub.cfg is
+# generated from it. Ubuntu's cloud images source /etc/default/grub.d/*.cfg in order, after their own
+# 50-cloudimg-settings.cfg, so appending keeps the console settings. The grub marker is set before the drop-in
+# changes and cleared after update-grub, so a run killed in between regenerates grub.cfg next time.
 configure_kernel_args() {
-  local before="$CHANGED"
-  CHANGED=0
-  if ((${#kernel_args[@]})); then
-    # shellcheck disable=SC2016 # GRUB expands the variable when it sources the drop-in
-    put "$GRUB_DROPIN" '# Managed by proxmox-gpu-cluster: the IOMMU a KubeVirt node needs
+  # shellcheck disable=SC2016 # GRUB expands the variable when it sources the drop-in
+  local content='# Managed by proxmox-gpu-cluster: the IOMMU a KubeVirt node needs
 GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT:-} '"${kernel_args[*]}"'"'
-  else
+  if ((${#kernel_args[@]})); then
+    if differs "$GRUB_DROPIN" "$content"; then
+      mark grub.pending
+      put "$GRUB_DROPIN" "$content"
+    fi
+  elif [[ -e "$ROOT$GRUB_DROPIN" ]]; then
+    mark grub.pending
     drop "$GRUB_DROPIN"
   fi
-  if ((CHANGED)); then
-    update-grub
+  if marker grub.pending || ! grub_cfg_has_args; then
+    tool update-grub update-grub
+    unmark grub.pending
   fi
-  CHANGED=$((before | CHANGED))
 }
 
 # kernel_args_active: the running kernel was booted with every wanted argument.
@@ -174,41 +206,39 @@ kernel_args_active() {
 }
 
 # configure_vfio: in vfio mode, vfio-pci claims the GPU ids at boot (modules-load.d loads it; the softdeps order
-# it before any GPU driver); in other modes none of that is left behind. Sets vfio_changed when a file changed.
-vfio_changed=0
+# it before any GPU driver); in other modes none of that is left behind. The initramfs, which packs
+# /etc/modprobe.d, is regenerated after a change (marker first).
 configure_vfio() {
-  local before="$CHANGED" ids
-  CHANGED=0
+  local ids modules options
   if [[ "$mode" == vfio ]]; then
     ids="$(printf '%s\n' "${vfio_ids[@]}" | sort -u | paste -sd, -)"
-    put "$VFIO_MODULES" "# Managed by proxmox-gpu-cluster: KubeVirt passes these GPUs to VMs
+    modules="# Managed by proxmox-gpu-cluster: KubeVirt passes these GPUs to VMs
 vfio
 vfio_iommu_type1
 vfio_pci"
-    put "$VFIO_OPTIONS" "# Managed by proxmox-gpu-cluster: KubeVirt passes these GPUs to VMs
+    options="# Managed by proxmox-gpu-cluster: KubeVirt passes these GPUs to VMs
 options vfio-pci ids=$ids
 softdep nouveau pre: vfio-pci
 softdep nvidia pre: vfio-pci"
-  else
+    if differs "$VFIO_MODULES" "$modules" || differs "$VFIO_OPTIONS" "$options"; then
+      mark initramfs.pending
+      put "$VFIO_MODULES" "$modules"
+      put "$VFIO_OPTIONS" "$options"
+    fi
+  elif [[ -e "$ROOT$VFIO_MODULES" || -e "$ROOT$VFIO_OPTIONS" ]]; then
+    mark initramfs.pending
     drop "$VFIO_MODULES"
     drop "$VFIO_OPTIONS"
   fi
-  vfio_changed=$CHANGED
-  CHANGED=$((before | CHANGED))
 }
 
 # gpus_on_vfio: every function with a --vfio-id is bound to vfio-pci (loading vfio-pci binds unbound ones).
 gpus_on_vfio() {
-  local id dev
   loaded vfio_pci || modprobe vfio-pci >/dev/null 2>&1 || return 1
-  for id in "${vfio_ids[@]}"; do
-    while read -r dev; do
-      [[ -z "$dev" || "$(bound_driver "$dev")" == vfio-pci ]] || return 1
-    done < <(pci_devices "$id")
-  done
+  all_bound vfio-pci
 }
 
-# vfio_left_bound: a GPU (vendor 10de) is still bound to vfio-pci after leaving vfio mode.
+# vfio_left_bound: a GPU (vendor 10de) is still bound to vfio-pci.
 vfio_left_bound() {
   local dev
   for dev in "$ROOT"/sys/bus/pci/devices/*; do
@@ -217,16 +247,24 @@ vfio_left_bound() {
   return 1
 }
 
-# module_current: the running kernel has (or can load) the installed driver's module.
+# module_version: the version of the nvidia module the kernel runs, or nothing.
+module_version() {
+  cat "$ROOT/sys/module/nvidia/version" 2>/dev/null || true
+}
+
+# installed_upstream: the upstream version of the installed driver package (580.95.05), or nothing.
+installed_upstream() {
+  local have
+  have="$(installed_version "$driver_pkg")"
+  printf '%s\n' "${have%%-*}"
+}
+
+# module_current: the running kernel has (or loads now) the installed driver's module.
 module_current() {
-  local installed loaded_version
-  installed="$(installed_version "$driver_pkg")"
-  installed="${installed%%-*}"
   if ! loaded nvidia; then
     modprobe nvidia >/dev/null 2>&1 || return 1
   fi
-  loaded_version="$(cat "$ROOT/sys/module/nvidia/version" 2>/dev/null || true)"
-  [[ "$loaded_version" == "$installed" ]]
+  [[ "$(module_version)" == "$(installed_upstream)" ]]
 }
 
 purge_driver() {
@@ -238,19 +276,59 @@ purge_driver() {
     echo "driver: nothing to purge"
     return 0
   fi
-  apt-mark unhold "${pkgs[@]}"
-  apt-get purge -y -q "${pkgs[@]}"
+  tool "apt-mark unhold" apt-mark unhold "${pkgs[@]}"
+  apt "apt-get purge" purge -y -q "${pkgs[@]}"
   echo "driver: purged ${pkgs[*]} (the running module stays until the next boot)"
 }
 
 # all_bound <driver>: every function with a --vfio-id is bound to it now (reads sysfs only).
 all_bound() {
-  local id dev
+  local id dev devs
   for id in "${vfio_ids[@]}"; do
+    devs="$(pci_devices "$id")"
     while read -r dev; do
       [[ -z "$dev" || "$(bound_driver "$dev")" == "$1" ]] || return 1
-    done < <(pci_devices "$id")
+    done <<<"$devs"
   done
+}
+
+# reboot_reason: why the running kernel cannot take the wanted state without a boot, as "<key>|<expected>|<seen>";
+# nothing (exit 1) when it can. Observed every run, whatever an earlier run did or was killed doing.
+reboot_reason() {
+  if ! nouveau_gone; then
+    echo "nouveau|nouveau not loaded (blacklisted)|nouveau loaded and busy"
+  elif ! kernel_args_active; then
+    echo "kernel-args|${kernel_args[*]} in /proc/cmdline|$(cat "$ROOT/proc/cmdline")"
+  elif [[ "$mode" == vfio ]] && ! gpus_on_vfio; then
+    echo "vfio|every ${vfio_ids[*]} GPU on vfio-pci|another driver or none"
+  elif [[ "$mode" != vfio ]] && vfio_left_bound; then
+    echo "vfio-left|no GPU on vfio-pci|a GPU bound to vfio-pci"
+  elif [[ "$mode" == host ]] && ! module_current; then
+    echo "module|nvidia module $(installed_upstream)|$(module_version | grep . || echo 'none loadable')"
+  else
+    return 1
+  fi
+}
+
+# schedule_reboot <reason>: a delayed reboot (so this SSH session ends cleanly; the bootstrap's wait step sees the
+# guest go down and return), recorded first in the reboot marker with this boot's id. A marker of an earlier boot
+# for the same reason means that reboot did not fix it: stop instead of rebooting forever.
+schedule_reboot() {
+  local key expected seen old_boot="" old_key="" out rc=0
+  IFS='|' read -r key expected seen <<<"$1"
+  if marker reboot.pending; then
+    read -r old_boot old_key <"$ROOT$STATE_DIR/reboot.pending" || true
+  fi
+  if [[ -n "$old_boot" && "$old_boot" != "$(boot_id)" && "$old_key" == "$key" ]]; then
+    fail "after the reboot from boot $old_boot" "$expected" "$seen (the boot did not apply it: check /boot/grub/grub.cfg and the boot loader; remove $STATE_DIR/reboot.pending to let the next run reboot again)"
+  fi
+  mark reboot.pending "$(boot_id) $key"
+  out="$(systemd-run --on-active=5 --unit=pgc-guest-reboot systemctl reboot 2>&1)" || rc=$?
+  if ((rc)) && ! systemctl is-active --quiet pgc-guest-reboot.timer; then
+    fail_output "$out" "systemd-run (reboot)" "a scheduled reboot" "$rc"
+  fi
+  echo "driver: reboot needed: expected $expected, saw $seen"
+  echo "reboot: scheduled"
 }
 
 # change_pending: whether this run would take the node out of service; prints why. Changes nothing.
@@ -264,6 +342,9 @@ change_pending() {
     elif [[ -n "$version" && "$have" != "$version"-* ]]; then
       echo "driver $have -> $version"
       return 0
+    elif loaded nvidia && [[ "$(module_version)" != "${have%%-*}" ]]; then
+      echo "reboot for the nvidia module ${have%%-*}"
+      return 0
     fi
   fi
   if ! kernel_args_active; then
@@ -274,13 +355,16 @@ change_pending() {
     echo "GPUs to vfio-pci"
   elif [[ "$mode" != vfio ]] && vfio_left_bound; then
     echo "GPUs off vfio-pci"
+  elif marker reboot.pending; then
+    echo "a reboot still due"
   else
     return 1
   fi
 }
 
 main() {
-  local why
+  local why reason
+  guest_begin
   if ((purge)); then
     [[ "$mode" == host ]] && purge_driver
     return 0
@@ -290,8 +374,9 @@ main() {
     rollout_begin "$why"
   fi
   blacklist_nouveau
-  configure_kernel_args
   configure_vfio
+  regenerate_initramfs
+  configure_kernel_args
   case "$mode" in
   host)
     install_driver
@@ -300,23 +385,10 @@ main() {
   vfio) echo "driver: none; GPUs bound to vfio-pci for KubeVirt" ;;
   *) echo "driver: left to the GPU Operator" ;;
   esac
-  local reboot=0
-  if ! nouveau_gone; then
-    reboot=1
-  elif ! kernel_args_active; then
-    reboot=1
-  elif [[ "$mode" == vfio ]] && ! gpus_on_vfio; then
-    reboot=1
-  elif [[ "$mode" != vfio ]] && ((vfio_changed)) && vfio_left_bound; then
-    reboot=1
-  elif ((driver_changed)) && ! module_current; then
-    reboot=1
-  fi
-  if ((reboot)); then
-    # Delayed so this SSH session ends cleanly; the bootstrap's wait step sees the guest go down and return.
-    systemd-run --on-active=5 --unit=pgc-guest-reboot systemctl reboot >/dev/null
-    echo "reboot: scheduled"
+  if reason="$(reboot_reason)"; then
+    schedule_reboot "$reason"
   else
+    unmark reboot.pending
     ((blacklist_changed)) && echo "blacklist: nouveau blacklisted; not loaded, no reboot needed"
     echo "reboot: not-needed"
   fi

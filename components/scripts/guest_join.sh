@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Step 4 of the guest bootstrap: kernel prerequisites, kubeadm/kubelet/kubectl from the Kubernetes apt
-# repository for one minor version (held), then `kubeadm join`. A node that has joined already is left alone.
+# repository for one minor version (held), then `kubeadm join`. A node that has joined already is left alone; the
+# leftovers of a join that failed half-way (bootstrap-kubelet.conf, pki/ca.crt without kubelet.conf: a TLS
+# bootstrap that timed out), which fail kubeadm's preflight checks, are cleared with `kubeadm reset -f` first.
 # Sent after guest_lib.sh.
 #
 # Usage: guest_join.sh --node-name NAME --api-endpoint HOST:PORT|[IPV6]:PORT --minor NN
@@ -33,7 +35,7 @@ PACKAGES=(kubelet kubeadm kubectl)
 swap_off() {
   local fstab
   if [[ "$(wc -l 2>/dev/null <"$ROOT/proc/swaps" || echo 0)" -gt 1 ]]; then
-    swapoff -a
+    tool "swapoff -a" swapoff -a
     echo "swap: turned off"
   fi
   if [[ -f "$ROOT/etc/fstab" ]]; then
@@ -43,19 +45,28 @@ swap_off() {
   fi
 }
 
+SYSCTL="net.bridge.bridge-nf-call-iptables = 1
+net.bridge.bridge-nf-call-ip6tables = 1
+net.ipv4.ip_forward = 1"
+
+# sysctl_applied: the running kernel has every value of $SYSCTL (observed in /proc/sys, whatever ran before).
+sysctl_applied() {
+  local key value
+  while IFS=' =' read -r key value; do
+    [[ "$(cat "$ROOT/proc/sys/${key//.//}" 2>/dev/null || true)" == "$value" ]] || return 1
+  done <<<"$SYSCTL"
+}
+
 kernel_prerequisites() {
   local m
   put /etc/modules-load.d/kubernetes.conf "overlay
 br_netfilter"
   for m in overlay br_netfilter; do
-    loaded "$m" || modprobe "$m"
+    loaded "$m" || tool "modprobe $m" modprobe "$m"
   done
-  CHANGED=0
-  put /etc/sysctl.d/99-kubernetes.conf "net.bridge.bridge-nf-call-iptables = 1
-net.bridge.bridge-nf-call-ip6tables = 1
-net.ipv4.ip_forward = 1"
-  if ((CHANGED)); then
-    sysctl --system >/dev/null
+  put /etc/sysctl.d/99-kubernetes.conf "$SYSCTL"
+  if ! sysctl_applied; then
+    tool "sysctl --system" sysctl --system >/dev/null
   fi
 }
 
@@ -76,8 +87,11 @@ install_kubernetes() {
   apt_repo kubernetes "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/Release.key" \
     "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/ /"
   apt_install "${PACKAGES[@]}"
-  hold "${PACKAGES[@]}"
-  systemctl enable kubelet
+}
+
+# kubelet_enabled: kubelet starts at boot (checked every run: a run killed after the install did not enable it).
+kubelet_enabled() {
+  systemctl is-enabled --quiet kubelet || tool "systemctl enable kubelet" systemctl enable kubelet
 }
 
 join() {
@@ -89,7 +103,8 @@ join() {
   api="kubeadm.k8s.io/v1beta4"
   ((10#$minor < 31)) && api="kubeadm.k8s.io/v1beta3"
   mkdir -p "$ROOT/run"
-  JOIN_CONFIG="$(umask 077 && mktemp "$ROOT/run/pgc-join.XXXXXX")"
+  # The pid in the name: the next run removes a file whose run was killed (guest_begin).
+  JOIN_CONFIG="$(umask 077 && mktemp "$ROOT/run/pgc-join.$$.XXXXXX")"
   trap 'rm -f "$JOIN_CONFIG"' EXIT
   cat >"$JOIN_CONFIG" <<EOF
 apiVersion: $api
@@ -103,17 +118,33 @@ nodeRegistration:
   name: "$node_name"
   criSocket: unix:///run/containerd/containerd.sock
 EOF
-  kubeadm join --config "$JOIN_CONFIG"
+  tool "kubeadm join" kubeadm join --config "$JOIN_CONFIG"
   echo "join: joined as $node_name"
 }
 
+# join_leftovers: what a join that failed after its preflight checks leaves (and fails the next one's preflight).
+join_leftovers() {
+  local f
+  for f in /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt; do
+    [[ -e "$ROOT$f" ]] && return 0
+  done
+  return 1
+}
+
 main() {
+  guest_begin
   swap_off
   kernel_prerequisites
   install_kubernetes
+  hold "${PACKAGES[@]}"
+  kubelet_enabled
   if [[ -f "$ROOT$KUBELET_CONF" ]]; then
     echo "join: already joined ($KUBELET_CONF exists)"
     return 0
+  fi
+  if join_leftovers; then
+    echo "join: clearing the leftovers of a join that did not finish (kubeadm reset -f)"
+    tool "kubeadm reset -f" kubeadm reset -f >/dev/null
   fi
   join
 }

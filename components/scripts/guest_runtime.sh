@@ -5,7 +5,10 @@
 #
 # Usage: guest_runtime.sh --toolkit 0|1 [--toolkit-version V] [--default-runtime 0|1] [--cdi 0|1]
 # --toolkit 0: the GPU Operator's toolkit container configures containerd itself; only containerd is set up.
-# containerd restarts only when its configuration changed (or it was just installed).
+# containerd restarts when the configuration it was last restarted with (a fingerprint recorded after each restart
+# under $STATE_DIR) is not the configuration on disk: a run killed between writing the files and the restart
+# restarts it next time. containerd's files alone cannot tell (`containerd config dump` reads the files, not the
+# daemon); the verify step checks the running daemon with `crictl info`.
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="runtime"
@@ -68,15 +71,15 @@ setup_toolkit() {
     echo "toolkit: $toolkit_version (present)"
   else
     apt_install "${TOOLKIT_PACKAGES[@]/%/=$toolkit_version}"
-    hold "${TOOLKIT_PACKAGES[@]}"
   fi
+  hold "${TOOLKIT_PACKAGES[@]}"
   # Adds the nvidia runtime (copying runc's options, SystemdCgroup included, hence after setup_containerd).
   # Toolkit 1.18 writes it to a drop-in (/etc/containerd/conf.d/99-nvidia.toml) imported by the main config,
   # leaving the rest of config.toml as it is (older toolkits rewrote config.toml, keeping its settings);
   # re-running it rewrites the same content.
   args=(runtime configure --runtime=containerd)
   ((default_runtime)) && args+=(--set-as-default)
-  nvidia-ctk "${args[@]}" >/dev/null
+  tool "nvidia-ctk runtime configure" nvidia-ctk "${args[@]}" >/dev/null
   if ((cdi)); then
     # The spec lists the GPUs and MIG devices that exist now. nvidia-cdi-refresh (toolkit 1.18+) regenerates
     # it at boot and on driver changes, but not after the MIG manager repartitions a GPU
@@ -86,23 +89,31 @@ setup_toolkit() {
     # Kubernetes (ctr, nerdctl) are.
     if [[ ! -s "$ROOT$CDI_SPEC" ]]; then
       mkdir -p "$(dirname "$ROOT$CDI_SPEC")"
-      nvidia-ctk cdi generate --output="$ROOT$CDI_SPEC" >/dev/null
+      # Into a temp file renamed once complete: a killed run leaves no partial spec that would count as done.
+      tool "nvidia-ctk cdi generate" nvidia-ctk cdi generate --output="$ROOT$CDI_SPEC.pgc-new" >/dev/null
+      sync "$ROOT$CDI_SPEC.pgc-new"
+      mv -f "$ROOT$CDI_SPEC.pgc-new" "$ROOT$CDI_SPEC"
       echo "changed: $CDI_SPEC"
     fi
   fi
 }
 
+# applied: the fingerprint of the configuration containerd was last restarted with by this step.
+APPLIED="$STATE_DIR/containerd.applied"
+
 main() {
-  local before
-  before="$(containerd_state)"
+  local now
+  guest_begin
   setup_containerd
   if ((toolkit)); then
     setup_toolkit
   else
     echo "toolkit: left to the GPU Operator"
   fi
-  if [[ "$(containerd_state)" != "$before" ]]; then
-    systemctl restart containerd
+  now="$(containerd_state | sha256sum | cut -d' ' -f1)"
+  if [[ "$(cat "$ROOT$APPLIED" 2>/dev/null || true)" != "$now" ]]; then
+    tool "systemctl restart containerd" systemctl restart containerd
+    record "$APPLIED" "$now"
     echo "runtime: containerd restarted"
   else
     echo "runtime: containerd unchanged"

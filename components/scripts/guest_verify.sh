@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Step 5 of the guest bootstrap, the gate before the GPU stack: the host sees exactly the GPUs assigned to it on
-# the PCI bus and (host driver) in nvidia-smi, and containerd knows the nvidia runtime (host toolkit).
+# the PCI bus and (host driver) in nvidia-smi, and the running containerd has the nvidia runtime (host toolkit).
 # Changes nothing on the host. Sent after guest_lib.sh and guest_rollout.sh.
 #
 # KubeVirt nodes: the GPUs on vfio-pci (vm-passthrough), the kernel booted with the IOMMU arguments and IOMMU
@@ -67,11 +67,21 @@ check_nvidia_smi() {
   echo "verify: driver: $version"
 }
 
+# check_containerd: the RUNNING containerd (crictl info: the CRI config the daemon loaded, not the files, which a
+# restart that never happened would leave unapplied) has the nvidia runtime and runc with the systemd cgroup driver.
 check_containerd() {
-  local runtimes
-  runtimes="$(containerd config dump | sed -nE 's/^[[:space:]]*\[.*\.runtimes\.("?)([A-Za-z0-9_-]+)\1\][[:space:]]*$/\2/p' |
-    sort -u | paste -sd, -)"
-  grep -qxF nvidia <<<"${runtimes//,/$'\n'}" || fail "containerd config dump" "an nvidia runtime" "${runtimes:-none}"
+  local info runtimes rc=0
+  info="$(crictl --runtime-endpoint unix:///run/containerd/containerd.sock info 2>&1)" || rc=$?
+  ((rc == 0)) || fail_output "$info" "crictl info" "the running containerd's config" "$rc"
+  runtimes="$(python3 -c '
+import json, sys
+c = json.load(sys.stdin)["config"]["containerd"]
+print(",".join(sorted(c["runtimes"])), c["runtimes"].get("runc", {}).get("options", {}).get("SystemdCgroup", False))
+' <<<"$info")" || fail "crictl info" "JSON with the CRI config" "something else"
+  grep -qxF nvidia <<<"$(tr ',' '\n' <<<"${runtimes% *}")" ||
+    fail "containerd running config (crictl info)" "an nvidia runtime" "${runtimes% *}"
+  [[ "${runtimes##* }" == True ]] ||
+    fail "containerd running config (crictl info)" "runc with SystemdCgroup = true" "SystemdCgroup = ${runtimes##* }"
 }
 
 check_vfio() {
@@ -108,6 +118,7 @@ check_kvm() {
 
 main() {
   local joined=0
+  guest_begin
   if rollout_joined; then
     joined=1
     rollout_resume
@@ -119,6 +130,11 @@ main() {
   ((nvidia_smi)) && check_nvidia_smi
   ((containerd_nvidia)) && check_containerd
   echo "verify: ok: $(printf '%s\n' "${gpus[@]#*=}" | paste -sd, -)"
+  # The reboot the driver step scheduled (its marker names the boot it was scheduled from) happened and the node
+  # passed: the marker has done its job. One of this boot stays: that reboot is still to come.
+  if marker reboot.pending && [[ "$(cut -d' ' -f1 "$ROOT$STATE_DIR/reboot.pending")" != "$(boot_id)" ]]; then
+    unmark reboot.pending
+  fi
   if ((joined)); then
     rollout_end
   fi

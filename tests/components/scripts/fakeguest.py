@@ -141,12 +141,13 @@ class FakeGuest(FakeRoot):
 
     @classmethod
     def copy(cls, source: FakeGuest, root: Path) -> FakeGuest:
-        """A second guest in exactly ``source``'s state (files, running state, call log), under ``root``."""
-        shutil.copytree(source.root, root, symlinks=True)
+        """A second guest in exactly ``source``'s state (files, running state, call log) under ``root``, sharing
+        ``source``'s stubs (they keep no state of their own)."""
+        shutil.copytree(
+            source.root, root, symlinks=True, ignore=lambda d, names: ["_stubs"] if d == str(source.root) else []
+        )
         guest = cls.__new__(cls)
-        FakeRoot.__init__(guest, root / "_copy")  # the attributes; the stubs are the copied ones
-        shutil.rmtree(root / "_copy")
-        guest.root, guest.bin, guest.log = root, root / "_stubs", root / "calls.log"
+        guest.root, guest.bin, guest.log, guest.outputs = root, source.bin, root / "calls.log", {}
         return guest
 
     def installed(self, package: str) -> str | None:

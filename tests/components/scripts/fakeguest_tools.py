@@ -120,7 +120,8 @@ configure_all 100
 case " $todo " in *" containerd="*) containerd_started ;; esac  # its postinst starts the service
 exit 0"""
 
-_DPKG = r"""case "$1" in
+_DPKG = r"""action=""; for a in "$@"; do case "$a" in --audit|--configure) action="$a" ;; esac; done
+case "$action" in
 --audit)
   any=""
   for st in "$S"/*; do
@@ -249,13 +250,13 @@ if [ -f "$R/fake-reboot-scheduled" ]; then
 fi
 echo "$*" > "$R/fake-reboot-scheduled"; echo "Running timer as unit: $unit.timer" >&2"""
 
-_SYSTEMCTL = r"""q=""; [ "$2" = --quiet ] && { q=1; shift; }
-en="$R/fake-systemd-enabled"
-case "$1" in
-restart) [ "$2" = containerd ] && containerd_started ;;
-enable) grep -qxF "$2" "$en" 2>/dev/null || { echo "$2" >> "$en"; echo "Created symlink /etc/systemd/system/multi-user.target.wants/$2.service." >&2; } ;;
-is-enabled) grep -qxF "$2" "$en" 2>/dev/null && { [ -n "$q" ] || echo enabled; exit 0; }; [ -n "$q" ] || echo disabled; exit 1 ;;
-is-active) case "$2" in *.timer) [ -f "$R/fake-reboot-scheduled" ] && exit 0 ;; esac; [ -n "$q" ] || echo inactive; exit 3 ;;
+_SYSTEMCTL = r"""q=""; c="$1"; shift; [ "$1" = --quiet ] && { q=1; shift; }
+en="$R/fake-systemd-enabled"; u="$1"
+case "$c" in
+restart) [ "$u" = containerd ] && containerd_started ;;
+enable) grep -qxF "$u" "$en" 2>/dev/null || { echo "$u" >> "$en"; echo "Created symlink /etc/systemd/system/multi-user.target.wants/$u.service." >&2; } ;;
+is-enabled) grep -qxF "$u" "$en" 2>/dev/null && { [ -n "$q" ] || echo enabled; exit 0; }; [ -n "$q" ] || echo disabled; exit 1 ;;
+is-active) case "$u" in *.timer) [ -f "$R/fake-reboot-scheduled" ] && exit 0 ;; esac; [ -n "$q" ] || echo inactive; exit 3 ;;
 esac"""
 
 _SYSCTL = r"""[ "$1" = --system ] || exit 0

@@ -39,6 +39,11 @@ def guest(tmp_path: Path) -> FakeGuest:
     return FakeGuest(tmp_path / "root")
 
 
+def files(guest: FakeGuest) -> dict[str, str]:
+    """The guest's files but the per-machine lock, which names the last step that held it (and its pid)."""
+    return {k: v for k, v in guest.snapshot().items() if not k.startswith("run/lock/")}
+
+
 def provision(guest: FakeGuest, b: GuestBootstrapSpec) -> tuple[list[str], int]:
     """Every step in order, rebooting where the driver step asks; (all calls, reboots)."""
     calls: list[str] = []
@@ -83,12 +88,12 @@ def test_first_provisioning_installs_everything_without_a_reboot(guest: FakeGues
 def test_second_run_changes_nothing_and_reboots_nothing(guest: FakeGuest) -> None:
     b = spec()
     provision(guest, b)
-    before = guest.snapshot()
+    before = files(guest)
     calls, reboots = provision(guest, b)
     assert reboots == 0
     assert mutating(calls) == []
     assert not [c for c in calls if c.startswith(("apt-get", "modprobe"))]
-    assert guest.snapshot() == before
+    assert files(guest) == before
 
 
 def test_containerd_config_keeps_its_content_and_gets_systemd_cgroups(guest: FakeGuest) -> None:
@@ -122,8 +127,8 @@ def test_a_config_without_the_runc_option_is_refused(guest: FakeGuest) -> None:
     r = guest.step("runtime", *runtime_args(spec()))
     assert r.returncode == 1
     assert r.stderr.strip() == (
-        "guest-bootstrap: runtime: /etc/containerd/config.toml: expected a SystemdCgroup option of the runc "
-        "runtime, seen none"
+        "runtime: /etc/containerd/config.toml: expected a SystemdCgroup option of the runc "
+        "runtime, saw none"
     )
 
 
@@ -132,7 +137,7 @@ def test_the_new_repository_is_fetched_before_its_packages_are_installed(guest: 
     assert r.returncode == 0, r.stderr
     key = r.calls.index("curl -fsSL --retry 3 https://nvidia.github.io/libnvidia-container/gpgkey")
     install = next(i for i, c in enumerate(r.calls) if "nvidia-container-toolkit=1.18.2-1" in c)
-    assert "apt-get update -q" in r.calls[key:install]
+    assert "apt-get -o DPkg::Lock::Timeout=600 update -q --error-on=any" in r.calls[key:install]
     assert guest.read("etc/apt/sources.list.d/nvidia-container-toolkit.list") == (
         "deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.gpg] "
         "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
@@ -221,8 +226,8 @@ def test_missing_driver_version_names_step_expected_and_seen(guest: FakeGuest) -
     r = guest.step("driver", *driver_args(spec(driverVersion="580.1.2")))
     assert r.returncode == 1
     assert r.stderr.strip() == (
-        "guest-bootstrap: driver: nvidia-headless-580-server-open: expected a 580.1.2-* package in the archive, "
-        "seen 580.105.08-0ubuntu0.24.04.1,580.95.05-0ubuntu0.24.04.2"
+        "driver: nvidia-headless-580-server-open: expected a 580.1.2-* package in the archive, "
+        "saw 580.105.08-0ubuntu0.24.04.1,580.95.05-0ubuntu0.24.04.2"
     )
     assert mutating(r.calls) == []
 
@@ -267,7 +272,7 @@ def test_join_refuses_a_malformed_token_without_showing_it(guest: FakeGuest) -> 
     bad = {"PGC_JOIN_TOKEN": "abcdef.NOT-A-TOKEN-$(id)", "PGC_CA_CERT_HASH": HASH}
     r = guest.step("join", *join_args(spec()), secrets=bad)
     assert r.returncode == 1
-    assert r.stderr.strip().endswith("join token: expected [a-z0-9]{6}.[a-z0-9]{16}, seen a malformed value")
+    assert r.stderr.strip().endswith("join token: expected [a-z0-9]{6}.[a-z0-9]{16}, saw a malformed value")
     assert "NOT-A-TOKEN" not in r.stderr + r.stdout
     assert not [c for c in r.calls if c.startswith("kubeadm")]
 
@@ -287,7 +292,7 @@ def test_joined_node_on_another_minor_is_not_touched(guest: FakeGuest) -> None:
     guest.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
     r = guest.step("join", *join_args(spec()), secrets=SECRETS)
     assert r.returncode == 1
-    assert "join: kubeadm: expected 1.34.x, seen 1.33.5-1.1 on a node that has joined" in r.stderr
+    assert "join: kubeadm: expected 1.34.x, saw 1.33.5-1.1 on a node that has joined" in r.stderr
     assert not [c for c in r.calls if c.startswith(("apt-get", "kubeadm"))]
 
 
@@ -321,23 +326,23 @@ def test_verify_passes_with_exactly_the_assigned_gpus(guest: FakeGuest) -> None:
     [
         (
             {"fake-lspci": ""},
-            "guest-bootstrap: verify: lspci -nn: expected 1 x 10de:2236, seen 0",
+            "verify: lspci -nn: expected 1 x 10de:2236, saw 0",
         ),
         (
             {"fake-lspci": A10_LSPCI * 2, "fake-gpus": A10_SMI * 2},
-            "guest-bootstrap: verify: lspci -nn: expected 1 x 10de:2236, seen 2",
+            "verify: lspci -nn: expected 1 x 10de:2236, saw 2",
         ),
         (
             {"fake-gpus": "GPU 0: NVIDIA A100-PCIE-40GB (UUID: GPU-1)\n"},
-            "guest-bootstrap: verify: nvidia-smi -L: expected NVIDIA-A10, seen NVIDIA-A100-PCIE-40GB",
+            "verify: nvidia-smi -L: expected NVIDIA-A10, saw NVIDIA-A100-PCIE-40GB",
         ),
         (
             {"sys/module/nvidia/version": "580.105.08\n", "var/lib/fake-dpkg/nvidia-utils-580-server": "580.105.08-1"},
-            "guest-bootstrap: verify: driver version: expected 580.95.05, seen 580.105.08",
+            "verify: driver version: expected 580.95.05, saw 580.105.08",
         ),
         (
-            {"etc/containerd/conf.d/99-nvidia.toml": ""},
-            "guest-bootstrap: verify: containerd config dump: expected an nvidia runtime, seen runc",
+            {"fake-running/containerd/conf.d/99-nvidia.toml": ""},  # a daemon started before the toolkit's drop-in
+            "verify: containerd running config (crictl info): expected an nvidia runtime, saw runc",
         ),
     ],
     ids=["gpu-missing", "extra-gpu", "wrong-model", "driver-version", "no-nvidia-runtime"],
@@ -355,7 +360,7 @@ def test_verify_without_a_driver_reports_nvidia_smi_failing(guest: FakeGuest) ->
     r = guest.step("verify", *verify_args(spec()))
     assert r.returncode == 1
     assert r.stderr.strip() == (
-        "guest-bootstrap: verify: nvidia-smi -L: expected 1 GPU(s), seen an error: NVIDIA-SMI has failed because it "
+        "verify: nvidia-smi -L: expected 1 GPU(s), saw an error: NVIDIA-SMI has failed because it "
         "couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
     )
 
@@ -365,7 +370,7 @@ def test_cloud_init_step_refuses_other_systems(guest: FakeGuest) -> None:
     r = guest.step("cloud-init")
     assert r.returncode == 1
     assert r.stderr.strip() == (
-        "guest-bootstrap: cloud-init: operating system: expected Ubuntu 22.04 or 24.04, seen 'debian 12'"
+        "cloud-init: operating system: expected Ubuntu 22.04 or 24.04, saw 'debian 12'"
     )
 
 
@@ -374,7 +379,7 @@ def test_cloud_init_recoverable_errors_are_not_fatal(guest: FakeGuest) -> None:
     assert guest.step("cloud-init").returncode == 0
     guest.stub_script("cloud-init", 'echo "status: error"; exit 1')
     r = guest.step("cloud-init")
-    assert r.returncode == 1 and "expected done, seen exit 1: status: error" in r.stderr
+    assert r.returncode == 1 and "expected done, saw exit 1: status: error" in r.stderr
 
 
 def test_commands_get_dev_null_not_the_script_on_stdin(guest: FakeGuest) -> None:
@@ -430,10 +435,10 @@ def test_vfio_guest_boots_once_with_the_iommu_and_hands_the_gpu_to_vfio_pci(gues
 def test_vfio_guest_second_run_changes_nothing(guest: FakeGuest) -> None:
     b = kubevirt_spec()
     provision(guest, b)
-    before = guest.snapshot()
+    before = files(guest)
     calls, reboots = provision(guest, b)
     assert (reboots, mutating(calls)) == (0, [])
-    assert guest.snapshot() == before and guest.driver_of() == "vfio-pci"
+    assert files(guest) == before and guest.driver_of() == "vfio-pci"
 
 
 def test_vfio_guest_already_booted_with_the_iommu_binds_without_a_reboot(guest: FakeGuest) -> None:
@@ -462,14 +467,14 @@ def test_leaving_vfio_mode_removes_the_binding_and_reboots_once(guest: FakeGuest
     ("breakage", "line"),
     [
         (lambda g: g.write("proc/cmdline", "BOOT_IMAGE=/vmlinuz ro\n"),
-         "guest-bootstrap: verify: kernel command line: expected intel_iommu=on, seen BOOT_IMAGE=/vmlinuz ro"),
+         "verify: kernel command line: expected intel_iommu=on, saw BOOT_IMAGE=/vmlinuz ro"),
         (lambda g: (g.root / "sys/bus/pci/devices/0000:00:10.0/driver").unlink(),
-         "guest-bootstrap: verify: vfio-pci: expected 1 x 10de:2236 bound to vfio-pci, seen drivers: none"),
+         "verify: vfio-pci: expected 1 x 10de:2236 bound to vfio-pci, saw drivers: none"),
         (lambda g: __import__("shutil").rmtree(g.root / "sys/kernel/iommu_groups"),
-         "guest-bootstrap: verify: IOMMU groups: expected at least one (is the VM's vIOMMU on?), seen none"),
+         "verify: IOMMU groups: expected at least one (is the VM's vIOMMU on?), saw none"),
         (lambda g: (g.root / "dev/kvm").unlink(),
-         "guest-bootstrap: verify: /dev/kvm: expected the KVM device (nested virtualization: cpu host, and "
-         "nested=1 in the Proxmox node's kvm module), seen none"),
+         "verify: /dev/kvm: expected the KVM device (nested virtualization: cpu host, and "
+         "nested=1 in the Proxmox node's kvm module), saw none"),
     ],
     ids=["kernel args", "vfio binding", "iommu groups", "kvm"],
 )  # fmt: skip
