@@ -214,6 +214,10 @@ def main() -> int:
                 f"{c:>{max(len(h), 9)}.{0 if isinstance(c, int) else 2}f}" for c, h in zip(cells, header, strict=True)
             )
         )
+    # What a worker of the repository's own stacks puts into state, secrets at plain and at realistic sizes.
+    print()
+    sys.stdout.flush()
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "state_size.py"), "--top", "0"], check=True, cwd=ROOT)
     return 0
 
 

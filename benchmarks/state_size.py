@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             mean = sum(totals.values()) / len(totals) / 1024
             print(f"{stack:>6} {label:>10} {len(workers):>7} {totals[top] / 1024:>14.1f} {mean:>15.1f}")
             largest.append((f"{stack}/{label}", top, sizes[top]))
-    for where, worker, sizes in largest:
+    for where, worker, sizes in largest if args.top else []:
         heaviest = sorted(sizes.items(), key=lambda kv: -kv[1])[: args.top]
         print(f"\n{where}, worker {worker}: " + ", ".join(f"{name} {size / 1024:.1f}" for name, size in heaviest))
     return 0

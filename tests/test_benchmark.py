@@ -40,3 +40,32 @@ def test_the_rollout_simulation_never_exceeds_its_slots() -> None:
     nodes, slots, peak, rounds, _, minutes = out[2].split()
     assert (nodes, slots, peak, rounds) == ("3", "2", "2", "2")
     assert float(minutes) == round(2 * 412 / 60, 1)
+
+
+def test_the_state_size_benchmark_prints_plain_and_realistic_rows_per_stack() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "state_size.py"), "--top", "3"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout.splitlines()  # fmt: skip
+    assert out[0].split() == ["stack", "secrets", "workers", "max", "KiB/worker", "mean", "KiB/worker"]
+    rows = {(c[0], c[1]): (int(c[2]), float(c[3]), float(c[4])) for c in (line.split() for line in out[1:5])}
+    assert set(rows) == {(s, k) for s in ("dev", "prod") for k in ("plan", "realistic")}
+    for stack in ("dev", "prod"):
+        workers, plain_max, plain_mean = rows[(stack, "plan")]
+        assert rows[(stack, "realistic")][0] == workers and plain_mean <= plain_max
+        assert rows[(stack, "realistic")][1] > plain_max  # the realistic secrets are larger than the placeholders
+    assert any(line.startswith("dev/realistic, worker ") for line in out)
+
+
+def test_no_step_of_a_worker_carries_a_script_in_state() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("state_size", ROOT / "benchmarks" / "state_size.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    steps = [r for r in module.plan_inputs("prod", None) if r["type"] == "command:remote:Command"]
+    assert steps
+    carrying = [r["name"] for r in steps if "set -euo pipefail" in str(r["inputs"].get("stdin", ""))]
+    # Only the retirement still sends its scripts (it runs at delete time on the Proxmox node).
+    assert all(name.endswith("-retirement-drain") for name in carrying), carrying
