@@ -317,7 +317,7 @@ def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str)
         return
     if not metadata(node).get(ANNOTATION):
         say(f"mig: {rollout.node} was not cordoned for a MIG change; nothing to wait for")
-        return
+        return rollout.end()  # gives back a slot a killed end left held
     rollout.resume()
     what, waited = ("mig", "nvidia.com/mig.config.state", f"success for {wanted} on {rollout.node}"), 0
     while (labels.get("nvidia.com/mig.config"), labels.get("nvidia.com/mig.config.state")) != (wanted, "success"):
@@ -383,10 +383,9 @@ def main(argv: Sequence[str]) -> int:
             rollout.begin(o.get("why", "a change"))
         else:
             getattr(rollout, action)()
-    except Failure as failure:
-        say(str(failure), err=True)
-        if failure.output:
-            say(failure.output, err=True)
+    except Failure as failure:  # after a failure, cleanup adds none of its own: the step's line says what failed
+        if action != "cleanup":
+            say(f"{failure}\n{failure.output}".rstrip("\n"), err=True)
         return 1
     return 0
 

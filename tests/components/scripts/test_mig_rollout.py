@@ -148,5 +148,6 @@ def test_an_api_server_that_does_not_answer_or_refuses_fails_in_one_line(
         f"rollout: kubectl get node {NODE}: expected an answer from the API server at https://k8s.example.test:6443, "
         f"saw {saw}"
     )
+    assert len(begin.stderr.splitlines()) == 2  # one failure line, kubectl's own below it, nothing more
     assert cluster.state()["cordoned"] == [] and "CANARY" not in begin.stderr
     assert not list((guest.root / "run").glob("pgc-kubeconfig*"))
