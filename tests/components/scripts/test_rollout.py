@@ -261,3 +261,26 @@ def test_the_holder_renews_its_slot_so_a_long_change_keeps_it(tmp_path: Path, cl
     renewed = datetime.datetime.strptime(held["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC)
     assert held["holderIdentity"] == "gpu-a"
     assert (datetime.datetime.now(datetime.UTC) - renewed).total_seconds() < 60
+
+
+def test_a_killed_verify_is_run_again_and_finishes(tmp_path: Path, cluster: FakeCluster) -> None:
+    # The verify step is killed (SIGKILL of the whole run, as a dropped SSH session) at each of its commands in turn,
+    # up to the uncordon; every time, the node stays cordoned and holds its slot, and the next run renews it.
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
+    driver = run(guest, "driver", spec("gpu-a", NEW))
+    assert driver.returncode == 0, driver.stderr
+    guest.reboot()
+    for at in range(1, 100):
+        guest.fault(at, "kill")
+        run(guest, "verify", spec("gpu-a", NEW))
+        hit = guest.fault_hit() or ""
+        assert guest.killed, f"verify ended before the uncordon, at {at}"
+        assert held(cluster) == {SLOT0: "gpu-a"} and cluster.state()["cordoned"] == ["gpu-a"], hit
+        if " uncordon " in hit:
+            break
+    guest.fault(None)
+    again = run(guest, "verify", spec("gpu-a", NEW))
+    assert again.returncode == 0, again.stderr
+    assert "rollout: uncordoned gpu-a" in again.stdout and f"rollout: released slot {SLOT0}" in again.stdout
+    assert held(cluster) == {} and cluster.state()["cordoned"] == []
+    assert not list((guest.root / "run").glob("pgc-kubeconfig*"))  # the killed runs' files went with this one
