@@ -52,8 +52,8 @@ fail() {
 # the tool's whole output.
 fail_output() {
   local first
-  first="$(grep -m 1 -E '^(E: |Error!|ERROR|error|FATA|\[ERROR|[a-z-]+: (\([0-9]+\) )?[A-Z])' <<<"$1" || true)"
-  [[ -n "$first" ]] || first="$(tail -n 1 <<<"$1")"
+  first="$(grep -m 1 -E '^(E: |Error!|ERROR|error|FATA|Failed|\[ERROR|[a-z-]+: (\([0-9]+\) )?[A-Z])' <<<"$1" || true)"
+  [[ -n "$first" ]] || first="$(grep -m 1 . <<<"$1" || true)"
   printf '%s: %s: expected %s, saw exit %s: %s\n%s\n' "$STEP" "$2" "$3" "$4" "$first" "$1" >&2
   exit 1
 }
@@ -205,7 +205,7 @@ dpkg_repair() {
   local audit
   audit="$(dpkg --audit 2>&1 || true)"
   if [[ -n "$audit" ]]; then
-    echo "dpkg: finishing an interrupted install: $(tail -n +2 <<<"$audit" | paste -sd' ' - | tr -s ' ')"
+    echo "dpkg: finishing an interrupted install: $(tail -n +2 <<<"$audit" | awk '{ $1 = $1; print }' | paste -sd' ' -)"
     tool "dpkg --configure -a" dpkg --force-confdef --force-confold --configure -a
   fi
 }

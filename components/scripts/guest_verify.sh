@@ -53,7 +53,11 @@ check_pci() {
 
 check_nvidia_smi() {
   local listing names expected version
-  listing="$(nvidia-smi -L 2>&1)" || fail "nvidia-smi -L" "${#gpus[@]} GPU(s)" "an error: $(tail -n 1 <<<"$listing")"
+  local rc=0
+  listing="$(nvidia-smi -L 2>&1)" || rc=$?
+  # The first line says what failed (NVML's "Driver/library version mismatch" after a driver change without its
+  # reboot); the whole output follows.
+  ((rc == 0)) || fail_output "$listing" "nvidia-smi -L" "${#gpus[@]} GPU(s)" "$rc"
   # "GPU 0: NVIDIA A10 (UUID: GPU-...)"; MIG devices are listed indented below their GPU and are not counted.
   names="$(sed -nE 's/^GPU [0-9]+: (.*) \(UUID: .*\)$/\1/p' <<<"$listing" | tr ' ' '-' | sort | paste -sd, -)"
   expected="$(printf '%s\n' "${gpus[@]#*=}" | sort | paste -sd, -)"
