@@ -226,8 +226,8 @@ class FakeHost(FakeRoot):
 
     def guests(self, *lines: str) -> None:
         """The node's guests, replacing any: ``"VM 3101 gpu-a100-a running"`` or ``"CT 200 dns running"``."""
-        for vmid in self.vms():
-            self.run_quietly("qm", "stop", str(vmid))
+        for old in self.vms():
+            self.run_quietly("qm", "stop", str(old))
         shutil.rmtree(self.root / "fake-vms", ignore_errors=True)
         self.write("fake-guests", "".join(f"{line}\n" for line in lines))
         for kind, vmid, name, status in (line.split() for line in lines):
@@ -245,16 +245,17 @@ class FakeHost(FakeRoot):
         cmdline = self.root / "proc" / pidfile.read_text().strip() / "cmdline"
         return cmdline.read_text().rstrip("\0").replace("\0", " ") if cmdline.exists() else None
 
-    def run_quietly(self, name: str, *args: str) -> None:
-        """Run a stub as the harness (not as a step): no call logged, no fault counted."""
+    def run_quietly(self, name: str, *args: str) -> str:
+        """Run a stub as the harness (not as a step): no call logged, no fault counted; its stdout."""
         log = self.log.read_text() if self.log.exists() else None
         fault, self._fault = getattr(self, "_fault", None), None
-        self._call([str(self.bin / name), *args])
+        out = self._call([str(self.bin / name), *args]).stdout
         self._fault = fault
         if log is None:
             self.log.unlink(missing_ok=True)
         else:
             self.log.write_text(log)
+        return out
 
     def prep(self, *gpus: tuple[str, str], policy: str = "when-idle", vendor: str = "amd", acs: str = "0",
              boot_loader: str = "auto") -> Result:  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def up(host: FakeHost, steps: list[Step], start: int = 0) -> tuple[int, list[str
 
 @dataclass
 class Report:
+    boots: int = 0
+    """Boots of the node in the uninterrupted chain (1: the fake's own; every faulted chain must match)."""
     points: Counter[str] = field(default_factory=Counter)
     converged: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
@@ -59,26 +62,33 @@ def harness(tmp_path: Path, make: Callable[[Path], FakeHost], steps: list[Step])
     for _, run in steps:
         run(ref)
     settled = ref.state()
-    report = Report(points=Counter(owners))
-    for n, owner in enumerate(owners, 1):
-        for mode in FAULT_MODES:
-            host = template.clone(tmp_path / f"{n}-{mode}")
-            host.fault(n, mode)
-            first, _ = up(host, steps)
-            hit = host.fault_hit()
-            host.fault(None)
-            second = up(host, steps, first)[0] if first < len(steps) else first
-            problems = []
-            if second != end:
-                problems.append(f"the second up ended at step {second}, an uninterrupted one at {end}")
-            problems += differences(expected, host.state(), "after the second up", BOOKKEEPING)
-            for name, run in steps:
-                r = run(host)
-                if mutating(r.calls) or host.reboot_if_scheduled():
-                    problems.append(f"third run of {name}: {mutating(r.calls)}, stdout {r.stdout.strip()!r}")
-            problems += differences(settled, host.state(), "after the third run")
+    report = Report(boots=ref.boots, points=Counter(owners))
+
+    def case(n: int, mode: str) -> list[str]:
+        host = template.clone(tmp_path / f"{n}-{mode}")
+        host.fault(n, mode)
+        first, _ = up(host, steps)
+        hit = host.fault_hit()
+        host.fault(None)
+        second = up(host, steps, first)[0] if first < len(steps) else first
+        problems = []
+        if second != end:
+            problems.append(f"the second up ended at step {second}, an uninterrupted one at {end}")
+        problems += differences(expected, host.state(), "after the second up", BOOKKEEPING)
+        for name, run in steps:
+            r = run(host)
+            if mutating(r.calls) or host.reboot_if_scheduled():
+                problems.append(f"third run of {name}: {mutating(r.calls)}, stdout {r.stdout.strip()!r}")
+        problems += differences(settled, host.state(), "after the third run")
+        return [f"#{n} {mode} at {hit!r}: " + "; ".join(problems)] if problems else []
+
+    # The cases are independent (each its own copy of the node): two at a time, as the steps are subprocesses.
+    cases = [(n, mode) for n in range(1, len(owners) + 1) for mode in FAULT_MODES]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for (n, _), problems in zip(cases, pool.map(lambda c: case(*c), cases), strict=True):
+            owner = owners[n - 1]
             if problems:
-                report.failures.append(f"{owner} #{n} {mode} at {hit!r}: " + "; ".join(problems))
+                report.failures += [f"{owner} {p}" for p in problems]
             else:
                 report.converged[owner] += 1
     return report
@@ -108,6 +118,7 @@ VERIFY: Step = ("host-verify", lambda h: h.verify(A10[0], A100[0]))
 def test_fresh_grub_node_when_idle(tmp_path: Path) -> None:
     report = harness(tmp_path, FakeHost, [PREP, VERIFY])
     check(report)
+    assert report.boots == 2  # exactly one reboot, in every faulted chain too
     assert report.points["host-prep"] >= 5 and report.points["host-verify"] >= 2
 
 
@@ -137,6 +148,7 @@ def prepared_with_a_running_worker(root: Path) -> FakeHost:
 def test_a_new_gpu_on_a_busy_node_is_bound_live_and_when_idle_never_reboots_it(tmp_path: Path) -> None:
     report = harness(tmp_path, prepared_with_a_running_worker, [PREP, VERIFY])
     check(report)
+    assert report.boots == 2  # the fake's first boot and the one after preparing the A10: none for the A100
     assert report.points["host-prep"] >= 6  # the runtime binding's sysfs writes are injection points too
 
 
@@ -149,6 +161,7 @@ def busy(root: Path) -> FakeHost:
 def test_when_idle_never_reboots_a_busy_node(tmp_path: Path) -> None:
     report = harness(tmp_path, busy, [PREP, VERIFY])
     check(report)  # the reference ends with host prep refusing; so does every faulted chain, without a reboot
+    assert report.boots == 1
 
 
 def test_never_leaves_the_reboot_to_the_operator(tmp_path: Path) -> None:
