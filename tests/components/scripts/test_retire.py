@@ -257,3 +257,28 @@ def test_a_killed_retire_leaves_no_kubeconfig_after_the_next_run(guest: FakeGues
     r = drain(guest)
     assert r.returncode == 0, r.stderr
     assert_no_leak(r, guest)
+
+
+def test_the_guest_uses_its_installed_agent_when_none_is_sent(guest: FakeGuest, cluster: FakeCluster) -> None:
+    # retire_vm.sh sends cluster.py when it has it; otherwise the guest runs the copy the agent's delivery left in
+    # the SSH user's home (a worker bootstrapped with the agent has one in every bundle that uses it).
+    installed = guest.root / "home/ubuntu/.proxmox-gpu-cluster/agent/verify-0123456789ab/cluster.py"
+    installed.parent.mkdir(parents=True)
+    installed.write_text((Path(__file__).resolve().parents[3] / "components/agent/cluster.py").read_text())
+    spec = DrainSpec.model_validate({"timeoutSeconds": 600})
+    stdin = assignments({KUBECONFIG_VAR: KUBECONFIG}) + drain_script()
+    env = {"PATH": f"{guest.bin}:/usr/bin:/bin", "PGC_ROOT": str(guest.root), "LC_ALL": "C"}  # no PGC_AGENT_DIR
+    proc = subprocess.run(
+        ["bash", "-s", "--", *drain_args(NODE, ENDPOINT, spec, kubeadm_reset=False)],
+        input=stdin, env=env, cwd=guest.root, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == f"retire: deleted Node {NODE}"
+    installed.unlink()
+    proc = subprocess.run(
+        ["bash", "-s", "--", *drain_args("gpu-a10-b", ENDPOINT, spec, kubeadm_reset=False)],
+        input=stdin, env=env, cwd=guest.root, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "drain: node agent: expected cluster.py in ., on stdin or under ~/.proxmox-gpu-cluster" in proc.stderr
+    assert "gpu-a10-b" in cluster.state()["nodes"]
