@@ -65,6 +65,13 @@ for arg in "${kernel_args[@]}"; do
     if [[ -s "$ROOT/run/proxmox-gpu-cluster/reboot-required" ]]; then
       pending="; host prep is waiting for a reboot ($(head -n 1 "$ROOT/run/proxmox-gpu-cluster/reboot-required")):"
       pending+=" reboot the node, then run pulumi up again"
+    elif [[ -s "$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" ]]; then
+      # host_prep.sh records the boot id it scheduled a reboot in: a different one now means it happened.
+      read -r scheduled _ <"$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" || true
+      if [[ "$scheduled" != "$(cat "$ROOT/proc/sys/kernel/random/boot_id" 2>/dev/null || true)" ]]; then
+        pending="; the reboot host prep scheduled (in boot $scheduled) came back without it: the node boots something"
+        pending+=" other than the configuration host prep generated (is its bootLoader right?)"
+      fi
     fi
     fail kernel-args "$arg in /proc/cmdline" "$running$pending"
   fi

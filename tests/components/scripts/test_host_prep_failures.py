@@ -17,6 +17,7 @@ from tests.components.scripts.fakehost import A10, BOOT, GRUB, FakeHost, mutatin
 from tests.components.scripts.fakeroot import SCRIPTS
 
 LOCK = "run/lock/proxmox-gpu-cluster.lock"
+BOOT_ID_2 = "59e06cf8-f390-5093-af2e-3685be593a25"  # the fake's second boot
 LINE = r"^(host-prep|host-verify|large-bar): [^:]+: expected .+, saw .+$"
 
 
@@ -127,6 +128,12 @@ def test_a_reboot_that_came_back_without_the_arguments_is_not_repeated(host: Fak
     line = last_line(r.stderr)
     assert line.startswith("host-prep: reboot: expected amd_iommu=on iommu=pt in /proc/cmdline after the reboot host ")
     assert "saw 'initrd=" in line and "not rebooting again" in line and "--boot-loader grub" in line
+    r = host.verify(A10[0])  # what Pulumi runs right after the reboot
+    assert r.returncode == 1 and last_line(r.stderr).startswith("host-verify: kernel-args: expected amd_iommu=on in ")
+    assert last_line(r.stderr).endswith(
+        f"; the reboot host prep scheduled (in boot {BOOT_ID_2}) came back without it: the node boots something "
+        "other than the configuration host prep generated (is its bootLoader right?)"
+    )
     # Fixed (the boot loader it really uses): a new boot configuration is worth a new reboot, which works.
     r = host.prep(A10, boot_loader="auto")
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("reboot: scheduled"), r.stderr
