@@ -205,3 +205,20 @@ def test_every_failure_line_has_the_format(host: FakeHost) -> None:
     for r in (host.prep(A10), host.prep(("0000:99:00", "10de:2236")), host.verify(A10[0])):
         assert r.returncode == 1 and re.match(LINE, last_line(r.stderr)), r.stderr
     assert BOOT in host.read("proc/cmdline")
+
+
+@pytest.mark.parametrize("at", ["update-initramfs", "update-grub"])
+def test_regression_killed_between_writing_the_files_and_regenerating(host: FakeHost, at: str) -> None:
+    # Issue 23: killed after the files were written but before update-grub ran, later runs saw no file change,
+    # never ran update-grub, yet rebooted every time into the old command line.
+    host.fault(1 if at == "update-initramfs" else 2, "kill")
+    r = host.prep(A10)
+    assert r.returncode != 0 and host.fault_hit() is not None and host.fault_hit().startswith(at)  # type: ignore[union-attr]
+    assert 'amd_iommu=on iommu=pt"' in host.read("etc/default/grub")  # the file is written
+    host.fault(None)
+    r = host.prep(A10)
+    assert r.returncode == 0 and "update-grub " in r.calls and r.stdout.splitlines()[-1].startswith("reboot: scheduled")
+    assert host.reboot_if_scheduled() and "amd_iommu=on iommu=pt" in host.read("proc/cmdline")
+    assert host.driver_of("0000:41:00.0") == "vfio-pci"
+    r = host.prep(A10)
+    assert r.stdout == "reboot: not-needed\n" and mutating(r.calls) == []
