@@ -14,11 +14,16 @@
 # running kernel and the kernel-tracking headers metapackage, so DKMS builds the module for every later kernel.
 # --purge (the destroy command, only when the spec asks): unhold and purge those packages, nothing else.
 #
-# A reboot is scheduled only when the running kernel cannot pick a change up: nouveau still bound, a different
-# (or no loadable) nvidia module after a driver change, a kernel argument missing from /proc/cmdline, or (vfio) a
-# GPU vfio-pci cannot take without one. A first install on a guest whose nouveau was blacklisted and unloaded by
-# cloud-init loads the new module with modprobe, no reboot; a vfio guest needs one boot with the IOMMU on.
-# Prints "driver: ..." and finally "reboot: scheduled" or "reboot: not-needed".
+# A reboot is scheduled only when the running kernel cannot pick a change up, as observed on every run: nouveau
+# still bound, a loaded nvidia module that is not the installed build (or none loadable), a kernel argument missing
+# from /proc/cmdline, or (vfio) a GPU vfio-pci cannot take without one. A first install on a guest whose nouveau
+# was blacklisted and unloaded by cloud-init loads the new module with modprobe, no reboot; a vfio guest needs one
+# boot with the IOMMU on. The reboot marker ($STATE_DIR/reboot.pending: boot id and reason) is written before the
+# reboot is scheduled; a later boot that still needs a reboot for the same reason stops with a clear error instead
+# of rebooting again (the verify step clears the marker once the node passed after that boot). The GRUB drop-in and
+# the modprobe files are regenerated into grub.cfg and the initramfs under markers set before the files change.
+# Prints "driver: ..." and finally "reboot: scheduled" (after "driver: reboot needed: expected <x>, saw <y>") or
+# "reboot: not-needed".
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="driver"
@@ -154,11 +159,6 @@ install_driver() {
     echo "driver: $driver_pkg $(installed_version "$driver_pkg") (installed)"
   fi
   hold "$driver_pkg" "$utils_pkg"
-}
-
-# differs <path> <content>: the file is missing or holds something else.
-differs() {
-  [[ ! -f "$ROOT$1" || "$(cat "$ROOT$1")" != "$2" ]]
 }
 
 # grub_cfg_has_args: the generated /boot/grub/grub.cfg boots every wanted argument (what the next boot gets; the
@@ -355,8 +355,8 @@ change_pending() {
     echo "GPUs to vfio-pci"
   elif [[ "$mode" != vfio ]] && vfio_left_bound; then
     echo "GPUs off vfio-pci"
-  elif marker reboot.pending; then
-    echo "a reboot still due"
+  elif marker reboot.pending && [[ "$(cut -d' ' -f1 "$ROOT$STATE_DIR/reboot.pending")" == "$(boot_id)" ]]; then
+    echo "a reboot still due" # scheduled in this boot and not happened yet
   else
     return 1
   fi

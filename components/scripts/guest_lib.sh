@@ -144,6 +144,11 @@ put() {
   CHANGED=1
 }
 
+# differs <path> <content>: the file is missing or holds something else (a change is due: set its marker first).
+differs() {
+  [[ ! -f "$ROOT$1" || "$(cat "$ROOT$1")" != "$2" ]]
+}
+
 # drop <path>: remove a file this project wrote, if present; CHANGED=1 and a line when removed.
 drop() {
   if [[ -e "$ROOT$1" ]]; then

@@ -8,7 +8,8 @@ happens), then run the chain again as the next ``pulumi up`` would: a step that 
 faulted one (if it failed) and every later one are, rebooting whenever a step scheduled it. Every step of that
 second run must succeed; the end state (files, the running kernel's command line, loaded modules and versions,
 device bindings, containerd's running config, holds, join state) must equal an uninterrupted run's; then every
-step runs once more and must make no mutating call and schedule no reboot.
+step runs once more and must make no mutating call and schedule no reboot. A step that installs packages gets one
+more case: its first ``apt-get install`` killed between unpacking and configuring.
 
 Runs are deterministic functions of the guest's state (files, running state and boot id; not the lock's holder pid
 or kubeadm's note of a temp file's name), and the harness uses it twice, to stay within the suite's time:
@@ -115,12 +116,16 @@ class Scenario:
 @dataclass
 class StepReport:
     points: int = 0
+    """Stubbed commands the step runs (injection points); cases: points x modes (+1 inside apt-get install)."""
     cases: int = 0
     converged: int = 0
     failures: list[str] = field(default_factory=list)
 
 
 EXHAUSTIVE = os.environ.get("PGC_FAULT_EXHAUSTIVE") == "1"
+INSIDE_INSTALL = "kill-inside-install"
+"""One more case for a step that installs packages: its first apt-get install killed between unpacking and
+configuring (dpkg iU, no module built), which no stub boundary reaches."""
 
 
 def key(guest: FakeGuest) -> str:
@@ -136,10 +141,13 @@ def inject(scenario: Scenario, tmp: Path) -> dict[str, StepReport]:
     starts: list[FakeGuest] = []
     points: list[int] = []
     checkpoints: list[str] = []
+    installs: list[bool] = []
     for i, step in enumerate(scenario.chain):
         starts.append(FakeGuest.copy(ref, tmp / f"start-{i}"))
         checkpoints.append(key(ref))
-        points.append(len(run_chain(ref, [step])[0].calls))
+        calls = run_chain(ref, [step])[0].calls
+        points.append(len(calls))
+        installs.append(any(c.startswith("apt-get") and " install " in c for c in calls))
     checkpoints.append(key(ref))
     want = state(ref)
     why = idempotent(ref, scenario.every)
@@ -151,10 +159,15 @@ def inject(scenario: Scenario, tmp: Path) -> dict[str, StepReport]:
         """Case ``case``: step i faulted at command n in ``mode``; None when it converged, else why not."""
         step = scenario.chain[i]
         guest = FakeGuest.copy(starts[i], tmp / f"case-{case}")
-        guest.fault(n, mode)
-        faulted = run(guest, step)
-        hit = guest.fault_hit()
-        guest.fault(None)
+        if mode == INSIDE_INSTALL:
+            guest.kill_apt_after_unpack()
+            faulted = run(guest, step)
+            hit = "apt-get install (killed after unpacking)" if faulted.returncode == -9 else None
+        else:
+            guest.fault(n, mode)
+            faulted = run(guest, step)
+            hit = guest.fault_hit()
+            guest.fault(None)
         if hit is None:
             return f"{step[0]} #{n} {mode}: the run never reached command {n}"
         if guest.reboot_scheduled():
@@ -171,6 +184,7 @@ def inject(scenario: Scenario, tmp: Path) -> dict[str, StepReport]:
         return None if seen[k] is None else f"{step[0]} #{n} {hit!r} {mode}: {seen[k]}"
 
     cases = [(i, n, mode) for i in range(len(scenario.chain)) for n in range(1, points[i] + 1) for mode in FAULT_MODES]
+    cases += [(i, 0, INSIDE_INSTALL) for i in range(len(scenario.chain)) if installs[i]]
     # Two at a time: the runs are subprocesses, so threads use both cores.
     with ThreadPoolExecutor(max_workers=2) as pool:
         outcomes = list(pool.map(lambda c: one(*c[1], c[0]), enumerate(cases)))

@@ -13,7 +13,8 @@ from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, join_args, runtime_args, verify_args
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.guest_harness import Scenario, Step, inject, run_chain, summary
-from tests.components.scripts.test_guest_bootstrap_scripts import SECRETS, kubevirt_spec, spec
+from tests.components.scripts.test_guest_bootstrap_scripts import SECRETS, spec
+from tests.components.scripts.test_guest_vfio import kubevirt_spec
 
 
 def chain(b: GuestBootstrapSpec) -> list[Step]:

@@ -11,8 +11,9 @@ import pytest
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, join_args, runtime_args, verify_args
 from tests.components.scripts.fakeguest import FakeGuest, mutating
 from tests.components.scripts.guest_harness import run_chain
-from tests.components.scripts.test_guest_bootstrap_scripts import SECRETS, kubevirt_spec, spec
+from tests.components.scripts.test_guest_bootstrap_scripts import SECRETS, spec
 from tests.components.scripts.test_guest_fault_injection import chain
+from tests.components.scripts.test_guest_vfio import kubevirt_spec
 
 BUMPED = spec(driverVersion="580.105.08")
 
