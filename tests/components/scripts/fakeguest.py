@@ -25,7 +25,9 @@ does:
 - Boot: ``update-grub`` GENERATES ``boot/grub/grub.cfg`` from /etc/default/grub and /etc/default/grub.d/*.cfg
   (sourced in order); ``update-initramfs -u`` packs the modprobe configuration and /etc/initramfs-tools/modules
   into ``boot/initrd.img-<kernel>``. ``reboot()`` boots what they last generated, not the files on disk: the kernel
-  command line of grub.cfg, nouveau unless both the initramfs and the root file system blacklist it. /run is
+  command line of grub.cfg, nouveau unless both the initramfs and the root file system blacklist it. vfio-pci is
+  loaded after the switch to the root file system (modules-load.d) with the root file system's options, as on
+  Ubuntu when /etc/initramfs-tools/modules does not list it. /run is
   emptied, ``proc/sys/kernel/random/boot_id`` changes, sysctl.d and modules-load.d are applied, services start with
   their configuration files. ``systemd-run`` records the scheduled reboot in ``fake-reboot-scheduled`` (a second one
   fails, "already loaded", as a transient unit does; ``systemctl is-active`` on the timer sees it) and
