@@ -67,5 +67,4 @@ def test_no_step_of_a_worker_carries_a_script_in_state() -> None:
     steps = [r for r in module.plan_inputs("prod", None) if r["type"] == "command:remote:Command"]
     assert steps
     carrying = [r["name"] for r in steps if "set -euo pipefail" in str(r["inputs"].get("stdin", ""))]
-    # Only the retirement still sends its scripts (it runs at delete time on the Proxmox node).
-    assert all(name.endswith("-retirement-drain") for name in carrying), carrying
+    assert carrying == []  # every script is on the machine (the node agent), none in state

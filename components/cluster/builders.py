@@ -171,6 +171,7 @@ def build_retirements(
             vmid=worker.vmid,
             host=spec.node(worker.node).ssh_address,
             ssh_user=spec.proxmox.ssh_user,
+            guest_user=worker.ssh_user,
             ssh_private_key=secrets.ssh_private_key,
             kubeconfig=secrets.kubeconfig,
             api_endpoint=spec.kubernetes.api_endpoint,
@@ -179,7 +180,8 @@ def build_retirements(
             provider=provider,
             protect=worker.protect,
             replace_with=[vm.vm],
-            depends_on=after,
+            depends_on=[*after, layer.host_agents[worker.node]],
+            host_agent_installed=True,
             opts=opts,
         )
     return out

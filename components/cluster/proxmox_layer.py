@@ -31,7 +31,7 @@ class ProxmoxLayer:
     host_preps: dict[str, ProxmoxHostGpuPrep]
     """Node -> its host prep (nodes with ``hostPrep``)."""
     host_agents: dict[str, command.remote.CopyToRemote]
-    """Node -> the node agent's copy there, where a step runs on the node (host prep, a large-BAR window)."""
+    """Node -> the node agent's copy there (every node with workers: their retirements run there)."""
 
 
 def build_proxmox(
@@ -81,17 +81,16 @@ def build_proxmox(
         )
         if not workers:
             continue
-        # The node agent for the workers' steps on this node (large-BAR windows in token mode): host prep's copy,
-        # or one of its own, only where such a step runs (a node nothing runs on is never reached over SSH).
+        # The node agent for the workers' steps on this node (their retirement, large-BAR windows in token mode): host
+        # prep's copy, or one of its own. A node without workers runs no step and is never reached over SSH.
         vm_args = {w.name: adapters.worker_vm(spec, w) for w in workers}
-        agent: pulumi.Resource | None = prep.agent if prep is not None else None
-        if agent is None and any(a.large_bar and not a.password_auth for a in vm_args.values()):
+        agent = prep.agent if prep is not None else None
+        if agent is None:
             connection = ssh_connection(node.ssh_address, spec.proxmox.ssh_user, ssh_private_key)
             agent = install_agent(
                 f"{prefix}-{node.name}-agent", "host", connection=connection, provider=host_command, parent=parent
             )
-        if isinstance(agent, command.remote.CopyToRemote):
-            host_agents[node.name] = agent
+        host_agents[node.name] = agent
         files = WorkerBootFiles(
             f"{prefix}-{node.name}-boot-files",
             node.name,
@@ -113,8 +112,8 @@ def build_proxmox(
                 image_file_id=item(files.image_file_ids, url) if url else None,
                 host_command=host_command,
                 ssh_private_key=ssh_private_key,
-                depends_on=[*own, *after_prep, *([agent] if agent is not None else [])],
-                host_agent_installed=agent is not None,
+                depends_on=[*own, *after_prep, agent],
+                host_agent_installed=True,
                 opts=child,
             )
     return ProxmoxLayer(

@@ -8,25 +8,30 @@ import pulumi
 import pulumi_command as command
 
 from proxmox_gpu_cluster.core.spec import DrainSpec
-from proxmox_gpu_cluster.render.guest_scripts import drain_args, retire_stdin
-from proxmox_gpu_cluster.render.host_scripts import remote_command, retire_args
+from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.render.agent_bundle import installed_step, secrets_stdin, step_command
+from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, drain_args
+from proxmox_gpu_cluster.render.host_scripts import retire_args
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
 
 class WorkerRetirement(pulumi.ComponentResource):
-    """A command whose *delete* retires the node: on the VM's Proxmox node, ``retire_vm.sh`` runs ``guest_drain.sh``
-    inside the guest through the QEMU guest agent: cordon, ``kubectl drain`` (evictions: PodDisruptionBudgets are
-    respected; bounded by ``drain.timeout_seconds``, failing with the pods that block), ``kubeadm reset``, and
-    deletion of the Node object. Its create step only proves the guest agent answers.
+    """A command whose *delete* retires the node: on the VM's Proxmox node, the node agent's ``retire`` step runs
+    the guest's installed ``drain`` step (the guest's own agent copy) through the QEMU guest agent: cordon, ``kubectl
+    drain`` (evictions: PodDisruptionBudgets are respected; bounded by ``drain.timeout_seconds``, failing with the
+    pods that block), ``kubeadm reset``, and deletion of the Node object. Its create step proves the guest agent
+    answers and the drain step is installed.
 
     Order comes from the dependency graph: pass the node's bootstrap and label patch in ``depends_on`` (this is
-    deleted before them, so nothing is taken from a node that still runs pods), and the VM in ``replace_with`` (a
-    replaced VM, which is deleted first, takes this with it, so the drain runs before the old VM goes). A VM that
-    is already down, or whose agent no longer answers, does not block the destroy: the step warns that the node
-    was not drained and names the ``kubectl delete node`` to run.
+    deleted before them, so nothing is taken from a node that still runs pods, and the guest's agent copy is in place
+    whenever the command changes), and the VM in ``replace_with`` (a replaced VM, which is deleted first, takes this
+    with it, so the drain runs before the old VM goes). A VM that is already down, or whose agent no longer answers,
+    does not block the destroy: the step warns that the node was not drained and names the ``kubectl delete node``
+    to run.
 
-    The admin kubeconfig reaches the guest on stdin only (never an argument, environment variable or log line);
-    ``protect`` should follow the VM's, so removing a protected worker stops before anything is drained.
+    The admin kubeconfig is all its stdin holds and reaches the guest on stdin only (never an argument, environment
+    variable or log line); ``protect`` should follow the VM's, so removing a protected worker stops before anything
+    is drained.
     """
 
     ready: pulumi.Output[str]
@@ -40,6 +45,7 @@ class WorkerRetirement(pulumi.ComponentResource):
         vmid: int,
         host: pulumi.Input[str],
         ssh_user: str,
+        guest_user: str,
         ssh_private_key: pulumi.Input[str],
         kubeconfig: pulumi.Input[str],
         api_endpoint: str,
@@ -49,6 +55,7 @@ class WorkerRetirement(pulumi.ComponentResource):
         protect: bool = False,
         replace_with: Sequence[pulumi.Resource] = (),
         depends_on: Sequence[pulumi.Resource] = (),
+        host_agent_installed: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``node_name``: the Kubernetes node (the VM name). ``host``/``ssh_user``: the Proxmox node the VM runs on
@@ -58,17 +65,25 @@ class WorkerRetirement(pulumi.ComponentResource):
         guest). ``kubeadm_reset``: the node joined with kubeadm."""
         super().__init__("proxmox-gpu-cluster:worker_retirement:WorkerRetirement", name, None, opts)
         guest = drain_args(node_name, api_endpoint, drain, kubeadm_reset)
+        guest_step = installed_step(guest_user, "drain")
 
         def run(*, check: bool) -> str:
-            return remote_command(ssh_user, retire_args(vmid, node_name, drain.timeout_seconds, guest, check=check))
+            args = retire_args(vmid, node_name, drain.timeout_seconds, guest_step, guest, check=check)
+            return step_command(ssh_user, "retire", args)
 
+        connection = ssh_connection(host, ssh_user, ssh_private_key)
+        after = list(depends_on)
+        if not host_agent_installed:
+            after.append(
+                install_agent(f"{name}-host-agent", "host", connection=connection, provider=provider, parent=self)
+            )
         step = command.remote.Command(
             f"{name}-drain",
             command.remote.CommandArgs(
-                connection=ssh_connection(host, ssh_user, ssh_private_key),
+                connection=connection,
                 create=run(check=True),
                 delete=run(check=False),
-                stdin=pulumi.Output.secret(kubeconfig).apply(retire_stdin),
+                stdin=pulumi.Output.secret(kubeconfig).apply(lambda kc: secrets_stdin({KUBECONFIG_VAR: kc})),
                 # The delete step would otherwise get the create step's output in its environment.
                 add_previous_output_in_env=False,
             ),
@@ -77,7 +92,7 @@ class WorkerRetirement(pulumi.ComponentResource):
                 provider=provider,
                 protect=protect,
                 replace_with=list(replace_with),
-                depends_on=list(depends_on),
+                depends_on=after,
                 additional_secret_outputs=["stdin"],
             ),
         )

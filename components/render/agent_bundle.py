@@ -47,12 +47,14 @@ GUEST_STEPS: dict[str, tuple[str, ...]] = {
     "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", _PY),
     "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig.sh", _PY),
     "capacity": ("guest_lib.sh", "guest_capacity.sh", _PY),
+    "drain": ("guest_lib.sh", "guest_drain.sh", _PY),
 }
 """The steps that run on a worker's guest and the scripts each is made of, in order."""
 HOST_STEPS: dict[str, tuple[str, ...]] = {
     "host-prep": ("host_prep.sh",),
     "host-verify": ("host_verify.sh",),
     "large-bar": ("large_bar.sh",),
+    "retire": ("retire_vm.sh",),
 }
 """The steps that run on a Proxmox node."""
 KINDS = {"guest": GUEST_STEPS, "host": HOST_STEPS}
@@ -115,6 +117,14 @@ def step_command(user: str, step: str, args: list[str]) -> str:
     sudo = "" if user == "root" else "sudo -n "
     path = f"{REMOTE_DIR}/{AGENT}/{bundle_name(step)}/step.sh"
     return f"{sudo}bash {shlex.join([path, *args])}"
+
+
+def installed_step(user: str, step: str) -> str:
+    """The absolute path of ``step``'s installed script on a machine whose SSH user is ``user`` (for a step that
+    another machine starts: the Proxmox node runs the guest's ``drain`` through the QEMU guest agent, as root and
+    outside the user's login directory). Home directories as cloud-init creates them: ``/root``, ``/home/<user>``."""
+    home = "/root" if user == "root" else f"/home/{user}"
+    return f"{home}/{REMOTE_DIR}/{AGENT}/{bundle_name(step)}/step.sh"
 
 
 def secrets_stdin(values: Mapping[str, str]) -> str:

@@ -1,74 +1,31 @@
-"""Scripts, arguments and stdin of the guest bootstrap steps in ``components/scripts/guest_*.sh``. Pure.
+"""Arguments of the guest steps in ``components/scripts/guest_*.sh``. Pure.
 
-Each step travels on stdin as ``guest_lib.sh`` + the step's script and runs as ``bash -s -- <quoted args>``
-(through ``sudo -n`` unless the SSH user is root). Arguments come from the validated ``GuestBootstrapSpec``,
-whose patterns leave nothing a shell could interpret, and the scripts check them again.
-
-Secrets never become arguments: ``secret_stdin`` puts them at the top of the step's stdin as shell
-assignments, which bash neither echoes nor exports.
+Each step runs its node-agent bundle (``render/agent_bundle.py``: ``guest_lib.sh`` + the step's script, installed
+once per machine) with these arguments. They come from the validated ``GuestBootstrapSpec``, whose patterns leave
+nothing a shell could interpret, and the scripts check them again. Secrets never become arguments: they travel on
+the step's stdin only (``agent_bundle.secrets_stdin``), under the variable names below.
 """
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.core.spec import DrainSpec
-from proxmox_gpu_cluster.render.host_scripts import script
 
 STEPS = ("cloud-init", "driver", "runtime", "join", "verify")
 """The bootstrap steps in the order they run."""
 JOIN_TOKEN_VAR = "PGC_JOIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
 CA_CERT_HASH_VAR = "PGC_CA_CERT_HASH"
 KUBECONFIG_VAR = "PGC_KUBECONFIG"
-GUEST_SCRIPT_VAR = "PGC_GUEST_SCRIPT"
-
-
-ROLLOUT_STEPS = ("driver", "verify")
-"""Steps that take (driver) and give back (verify) a rolling-change slot; they get the admin kubeconfig."""
-
-
-def step_script(step: str) -> str:
-    """What the guest runs for ``step``: the shared helpers followed by the step's script."""
-    if step not in STEPS:
-        raise ValueError(f"unknown bootstrap step {step!r}; steps: {', '.join(STEPS)}")
-    rollout = script("guest_rollout.sh") + "\n" if step in ROLLOUT_STEPS else ""
-    return script("guest_lib.sh") + "\n" + rollout + script(f"guest_{step.replace('-', '_')}.sh")
-
-
-def assignments(values: Mapping[str, str]) -> str:
-    """Shell assignments (``NAME='value'`` lines, quoted for bash) that bash neither echoes nor exports."""
-    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
-
-
-def secret_stdin(step: str, secrets: Mapping[str, str]) -> str:
-    """``step``'s stdin with ``secrets`` (variable -> value) assigned first, quoted for bash."""
-    return assignments(secrets) + step_script(step)
-
-
-def drain_script() -> str:
-    """What a guest runs to retire its node: the shared helpers followed by ``guest_drain.sh``."""
-    return script("guest_lib.sh") + "\n" + script("guest_drain.sh")
 
 
 def drain_args(node_name: str, api_endpoint: str, drain: DrainSpec, kubeadm_reset: bool) -> list[str]:
-    """guest_drain.sh arguments (the kubeconfig is never one: see ``retire_stdin``). ``api_endpoint``: the address
+    """guest_drain.sh arguments (the kubeconfig is never one: it is on stdin). ``api_endpoint``: the address
     the node joined through, which kubectl in the guest uses instead of the kubeconfig's server."""
     args = ["--node-name", node_name, "--api-endpoint", api_endpoint, "--timeout", str(drain.timeout_seconds)]
     args += ["--delete-emptydir-data", _flag(drain.delete_emptydir_data), "--force", _flag(drain.force)]
     return [*args, "--kubeadm-reset", _flag(kubeadm_reset)]
-
-
-def retire_stdin(kubeconfig: str) -> str:
-    """Stdin of ``retire_vm.sh`` on a Proxmox node: the kubeconfig and the guest's script as shell assignments, then
-    the host script. Call it inside a secret Output: the result holds the admin credential."""
-    return assignments({KUBECONFIG_VAR: kubeconfig, GUEST_SCRIPT_VAR: drain_script()}) + script("retire_vm.sh")
-
-
-def mig_script() -> str:
-    """What a guest runs around a MIG geometry change: the shared helpers, the rollout helpers, ``guest_mig.sh``."""
-    return script("guest_lib.sh") + "\n" + script("guest_rollout.sh") + "\n" + script("guest_mig.sh")
 
 
 def mig_args(
@@ -77,11 +34,6 @@ def mig_args(
     """guest_mig.sh arguments for ``phase`` (begin or end) of a change to ``mig_config``."""
     args = ["--phase", phase, "--mig-config", mig_config, "--timeout", str(timeout_seconds)]
     return [*args, "--operator-namespace", operator_namespace, *rollout_args(b)]
-
-
-def capacity_script() -> str:
-    """What a guest runs for the capacity gate: the shared helpers followed by ``guest_capacity.sh``."""
-    return script("guest_lib.sh") + "\n" + script("guest_capacity.sh")
 
 
 def capacity_args(

@@ -1,15 +1,14 @@
-"""Command lines, arguments and output parsing for the Proxmox host scripts in ``components/scripts``. Pure.
+"""Arguments and output parsing for the Proxmox host scripts in ``components/scripts``. Pure.
 
-Scripts travel on stdin (``bash -s -- <args>``) so nothing has to be copied to the host first; every argument
-is shell-quoted, and every spec value that reaches one is already constrained by the spec's patterns, so a
-spec string is only ever data to the script.
+The scripts run as the node agent's bundles (``render/agent_bundle.py``); every argument is shell-quoted there, and
+every spec value that reaches one is already constrained by the spec's patterns, so a spec string is only ever data
+to the script. ``script`` reads a shipped file as it travels (the reboot wait, which runs where ``pulumi up`` runs).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-import shlex
 from importlib import resources
 
 from proxmox_gpu_cluster.core.spec import ProxmoxNode
@@ -28,12 +27,6 @@ def script(name: str) -> str:
     ``render/shipping.py``); read once per process, as every worker's steps send the same text."""
     text = resources.files("proxmox_gpu_cluster").joinpath("scripts", name).read_text()
     return strip_comments(text) if name.endswith(".sh") else text
-
-
-def remote_command(user: str, args: list[str]) -> str:
-    """``bash -s -- <quoted args>``, through passwordless sudo unless the SSH user is root."""
-    sudo = "" if user == "root" else "sudo -n "
-    return f"{sudo}bash -s -- {shlex.join(args)}"
 
 
 def kernel_args(node: ProxmoxNode) -> list[str]:
@@ -66,10 +59,13 @@ def verify_args(node: ProxmoxNode) -> list[str]:
     return args
 
 
-def retire_args(vmid: int, node_name: str, timeout: int, guest_args: list[str], *, check: bool) -> list[str]:
-    """Arguments of retire_vm.sh: which VM, the node it joined as, the drain timeout, then the guest's arguments.
-    ``check``: only prove that the guest agent answers (the create step)."""
-    args = ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout)]
+def retire_args(
+    vmid: int, node_name: str, timeout: int, guest_step: str, guest_args: list[str], *, check: bool
+) -> list[str]:
+    """Arguments of retire_vm.sh: which VM, the node it joined as, the drain timeout, the guest's installed drain
+    step (``agent_bundle.installed_step``), then that step's arguments. ``check``: only prove that the guest agent
+    answers and the drain step is installed (the create step)."""
+    args = ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout), "--guest-step", guest_step]
     return [*args, "--check", "1" if check else "0", "--", *guest_args]
 
 

@@ -11,9 +11,7 @@
 # PGC_KUBECONFIG assigned at the top of this script's stdin, is written to a mode-600 file under /run that only its
 # path reaches kubectl through, is removed when the step ends (a killed run's file when the next one starts), and
 # is never printed.
-# The work is the node agent's cluster.py (retire): from PGC_AGENT_DIR, else from the shell variable
-# PGC_AGENT_CLUSTER_PY (its text, which retire_vm.sh sends on stdin) written next to the kubeconfig, else the newest
-# copy the agent's delivery left under ~/.proxmox-gpu-cluster of root or a user.
+# The work is the node agent's cluster.py (retire), next to this step's script in its bundle (PGC_AGENT_DIR).
 # A drain that does not finish in time fails, naming the pods still on the node (and those a disruption budget
 # protects); the node then stays cordoned, nothing is reset and the Node object stays.
 set -euo pipefail
@@ -74,17 +72,7 @@ main() {
   WORK_DIR="$(umask 077 && mktemp -d "$ROOT/run/pgc-drain.$$.XXXXXX")"
   trap 'rm -rf "$WORK_DIR"' EXIT
   (umask 077 && printf '%s\n' "${PGC_KUBECONFIG:-}" >"$WORK_DIR/kubeconfig")
-  if [[ ! -f "$agent" && -n "${PGC_AGENT_CLUSTER_PY:-}" ]]; then
-    agent="$WORK_DIR/cluster.py"
-    printf '%s\n' "$PGC_AGENT_CLUSTER_PY" >"$agent"
-  fi
-  local copy
-  for copy in "$ROOT"/root/.proxmox-gpu-cluster/agent/*/cluster.py "$ROOT"/home/*/.proxmox-gpu-cluster/agent/*/cluster.py; do
-    if [[ -f "$copy" && ! -f "$agent" ]] || [[ -f "$copy" && "$agent" == */.proxmox-gpu-cluster/* && "$copy" -nt "$agent" ]]; then
-      agent="$copy"
-    fi
-  done
-  [[ -f "$agent" ]] || fail "node agent" "cluster.py in $PGC_AGENT_DIR, on stdin or under ~/.proxmox-gpu-cluster" "none"
+  [[ -f "$agent" ]] || fail "node agent" "cluster.py in $PGC_AGENT_DIR" "none"
   python3 "$agent" retire --node-name "$node_name" --api-endpoint "$api_endpoint" --kubeconfig "$WORK_DIR/kubeconfig" \
     --timeout "$timeout" --delete-emptydir-data "$emptydir" --force "$force" --kubeadm-reset "$reset" || exit
 }

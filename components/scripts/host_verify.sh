@@ -56,73 +56,78 @@ kernel_log() {
   journalctl -k -b 0 --no-pager 2>/dev/null || true
 }
 
-lock
-running="$(cat "$ROOT/proc/cmdline")"
-for arg in "${kernel_args[@]}"; do
-  if [[ " $running " != *" $arg "* ]]; then
-    pending=""
-    # host_prep.sh leaves this marker (in /run: a reboot clears it) when it could not or may not reboot.
-    if [[ -s "$ROOT/run/proxmox-gpu-cluster/reboot-required" ]]; then
-      pending="; host prep is waiting for a reboot ($(head -n 1 "$ROOT/run/proxmox-gpu-cluster/reboot-required")):"
-      pending+=" reboot the node, then run pulumi up again"
-    elif [[ -s "$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" ]]; then
-      # host_prep.sh records the boot id it scheduled a reboot in: a different one now means it happened.
-      read -r scheduled _ <"$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" || true
-      if [[ "$scheduled" != "$(cat "$ROOT/proc/sys/kernel/random/boot_id" 2>/dev/null || true)" ]]; then
-        pending="; the reboot host prep scheduled (in boot $scheduled) came back without it: the node boots something"
-        pending+=" other than the configuration host prep generated (is its bootLoader right?)"
+# Every check runs from main with stdin closed: only the agent prologue reads stdin.
+main() {
+  lock
+  running="$(cat "$ROOT/proc/cmdline")"
+  for arg in "${kernel_args[@]}"; do
+    if [[ " $running " != *" $arg "* ]]; then
+      pending=""
+      # host_prep.sh leaves this marker (in /run: a reboot clears it) when it could not or may not reboot.
+      if [[ -s "$ROOT/run/proxmox-gpu-cluster/reboot-required" ]]; then
+        pending="; host prep is waiting for a reboot ($(head -n 1 "$ROOT/run/proxmox-gpu-cluster/reboot-required")):"
+        pending+=" reboot the node, then run pulumi up again"
+      elif [[ -s "$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" ]]; then
+        # host_prep.sh records the boot id it scheduled a reboot in: a different one now means it happened.
+        read -r scheduled _ <"$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" || true
+        if [[ "$scheduled" != "$(cat "$ROOT/proc/sys/kernel/random/boot_id" 2>/dev/null || true)" ]]; then
+          pending="; the reboot host prep scheduled (in boot $scheduled) came back without it: the node boots something"
+          pending+=" other than the configuration host prep generated (is its bootLoader right?)"
+        fi
       fi
+      fail kernel-args "$arg in /proc/cmdline" "$running$pending"
     fi
-    fail kernel-args "$arg in /proc/cmdline" "$running$pending"
+  done
+
+  log="$(kernel_log)"
+  if [[ -z "$(ls -A "$ROOT/sys/class/iommu" 2>/dev/null)" ]] && ! grep -qE 'DMAR: IOMMU enabled|AMD-Vi: .*(IOMMU|iommu)' <<<"$log"; then
+    fail iommu "entries in /sys/class/iommu or a DMAR/AMD-Vi line in the kernel log" "neither"
   fi
-done
-
-log="$(kernel_log)"
-if [[ -z "$(ls -A "$ROOT/sys/class/iommu" 2>/dev/null)" ]] && ! grep -qE 'DMAR: IOMMU enabled|AMD-Vi: .*(IOMMU|iommu)' <<<"$log"; then
-  fail iommu "entries in /sys/class/iommu or a DMAR/AMD-Vi line in the kernel log" "neither"
-fi
-if ! grep -qE 'Enabled IRQ remapping|Interrupt remapping enabled' <<<"$log"; then
-  fail interrupt-remapping "'Enabled IRQ remapping' (Intel) or 'Interrupt remapping enabled' (AMD)" \
-    "no such kernel log line"
-fi
-
-if ((nested)); then
-  value=""
-  for module in kvm_intel kvm_amd; do
-    if [[ -r "$ROOT/sys/module/$module/parameters/nested" ]]; then
-      value="$(cat "$ROOT/sys/module/$module/parameters/nested")"
-    fi
-  done
-  [[ "$value" == Y || "$value" == 1 ]] ||
-    fail nested-virtualization "Y or 1 in /sys/module/kvm_{intel,amd}/parameters/nested (a KubeVirt worker runs VMs)" \
-      "${value:-no kvm module}"
-fi
-
-for slot in "${gpus[@]}"; do
-  functions=("$ROOT/sys/bus/pci/devices/$slot".*)
-  [[ -e "${functions[0]}" ]] || fail devices "PCI device $slot.0" "nothing at that address"
-  group=""
-  for fn in "${functions[@]}"; do
-    name="${fn##*/}"
-    driver="none"
-    if [[ -L "$fn/driver" ]]; then
-      driver="$(basename "$(readlink "$fn/driver")")"
-    fi
-    [[ "$driver" == vfio-pci ]] || fail driver "$name bound to vfio-pci" "$driver"
-    [[ -L "$fn/iommu_group" ]] || fail isolation "$name in an IOMMU group" "no iommu_group link"
-    group="$(basename "$(readlink "$fn/iommu_group")")"
-  done
-  others=()
-  for member in "$ROOT/sys/kernel/iommu_groups/$group/devices/"*; do
-    name="${member##*/}"
-    [[ "$name" == "$slot".* ]] && continue
-    # PCI-to-PCI bridges (class 0x0604) may share the group: they are not handed to the VM.
-    [[ "$(cat "$member/class")" == 0x0604* ]] && continue
-    others+=("$name")
-  done
-  if ((${#others[@]})); then
-    fail isolation "IOMMU group $group to hold only $slot and bridges (else set acsOverride or use another slot)" \
-      "${others[*]}"
+  if ! grep -qE 'Enabled IRQ remapping|Interrupt remapping enabled' <<<"$log"; then
+    fail interrupt-remapping "'Enabled IRQ remapping' (Intel) or 'Interrupt remapping enabled' (AMD)" \
+      "no such kernel log line"
   fi
-  echo "group $slot $group"
-done
+
+  if ((nested)); then
+    value=""
+    for module in kvm_intel kvm_amd; do
+      if [[ -r "$ROOT/sys/module/$module/parameters/nested" ]]; then
+        value="$(cat "$ROOT/sys/module/$module/parameters/nested")"
+      fi
+    done
+    [[ "$value" == Y || "$value" == 1 ]] ||
+      fail nested-virtualization "Y or 1 in /sys/module/kvm_{intel,amd}/parameters/nested (a KubeVirt worker runs VMs)" \
+        "${value:-no kvm module}"
+  fi
+
+  for slot in "${gpus[@]}"; do
+    functions=("$ROOT/sys/bus/pci/devices/$slot".*)
+    [[ -e "${functions[0]}" ]] || fail devices "PCI device $slot.0" "nothing at that address"
+    group=""
+    for fn in "${functions[@]}"; do
+      name="${fn##*/}"
+      driver="none"
+      if [[ -L "$fn/driver" ]]; then
+        driver="$(basename "$(readlink "$fn/driver")")"
+      fi
+      [[ "$driver" == vfio-pci ]] || fail driver "$name bound to vfio-pci" "$driver"
+      [[ -L "$fn/iommu_group" ]] || fail isolation "$name in an IOMMU group" "no iommu_group link"
+      group="$(basename "$(readlink "$fn/iommu_group")")"
+    done
+    others=()
+    for member in "$ROOT/sys/kernel/iommu_groups/$group/devices/"*; do
+      name="${member##*/}"
+      [[ "$name" == "$slot".* ]] && continue
+      # PCI-to-PCI bridges (class 0x0604) may share the group: they are not handed to the VM.
+      [[ "$(cat "$member/class")" == 0x0604* ]] && continue
+      others+=("$name")
+    done
+    if ((${#others[@]})); then
+      fail isolation "IOMMU group $group to hold only $slot and bridges (else set acsOverride or use another slot)" \
+        "${others[*]}"
+    fi
+    echo "group $slot $group"
+  done
+}
+
+main "$@" </dev/null

@@ -3,22 +3,22 @@
 # root and reaches the guest through the QEMU guest agent (`qm guest exec`), not over the network: a guest that
 # no longer answers cannot block the destroy. Then the node is not drained, and a warning says so and what to do.
 #
-# Usage: retire_vm.sh --vmid N --node-name NAME --timeout SECONDS [--check 0|1] -- GUEST-ARGS...
-# Stdin starts with two shell assignments: PGC_KUBECONFIG (the admin kubeconfig, a secret) and PGC_GUEST_SCRIPT
-# (guest_lib.sh + guest_drain.sh). Both reach the guest on the agent's stdin, never as arguments or environment,
-# with the node agent's cluster.py as PGC_AGENT_CLUSTER_PY (the drain's logic, which a guest set up before the agent
-# existed does not have): the same assignment on this script's stdin, else the file next to this script.
-# --check 1 (the create step) only proves the agent answers, so a later retire will reach the guest.
+# Usage: retire_vm.sh --vmid N --node-name NAME --timeout SECONDS --guest-step PATH [--check 0|1] -- GUEST-ARGS...
+# The work runs in the guest: the node agent's drain step installed there (PATH, absolute, in the guest), started by
+# the QEMU guest agent with the admin kubeconfig on its stdin in the prologue's form (PGC_KUBECONFIG=<base64>), never
+# as an argument or environment. This script gets the kubeconfig the same way (the prologue decoded it).
+# --check 1 (the create step) only proves the agent answers and the drain step is installed, so a later retire will
+# reach it.
 set -euo pipefail
-PGC_AGENT_DIR="${PGC_AGENT_DIR:-$(dirname "${BASH_SOURCE[0]:-.}")}"
 
-vmid="" node_name="" timeout="" check=0 guest_args=()
+vmid="" node_name="" timeout="" guest_step="" check=0 guest_args=()
 while (($#)); do
   case "$1" in
   --vmid) vmid="$2" ;;
   --node-name) node_name="$2" ;;
   --timeout) timeout="$2" ;;
   --check) check="$2" ;;
+  --guest-step) guest_step="$2" ;;
   --)
     shift
     guest_args=("$@")
@@ -58,22 +58,26 @@ main() {
   [[ "$vmid" =~ ^[0-9]{3,9}$ ]] || fail "--vmid" "a VM id" "'$vmid'"
   [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
   [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
+  [[ "$guest_step" =~ ^/[A-Za-z0-9._/-]+/step\.sh$ && "$guest_step" != *..* ]] ||
+    fail "--guest-step" "the absolute path of the guest's installed drain step" "'$guest_step'"
   [[ "$(id -u)" == 0 ]] || fail "user" "root (qm guest exec is root-only)" "$(id -un)"
-  local status result code agent="${PGC_AGENT_CLUSTER_PY:-}"
+  local status result code installed
   status="$(qm status "$vmid" 2>&1)" || warn_and_leave "VM $vmid is not on this node (${status//$'\n'/ })"
   [[ "$status" == *"status: running"* ]] || warn_and_leave "VM $vmid is not running (${status//$'\n'/ })"
   timeout 30 qm guest cmd "$vmid" ping >/dev/null 2>&1 || warn_and_leave "VM $vmid's guest agent does not answer"
+  installed="$(timeout 60 qm guest exec "$vmid" --timeout 30 -- test -f "$guest_step" 2>&1)" ||
+    warn_and_leave "qm guest exec on VM $vmid failed"
+  if [[ "$(json_field exitcode <<<"$installed")" != 0 ]]; then
+    # The guest's agent copy lacks this drain step (a copy that failed or was removed by hand).
+    warn_and_leave "the node agent's drain step $guest_step is not installed in VM $vmid"
+  fi
   if ((check)); then
-    echo "retire: ready: VM $vmid ($node_name) answers through its guest agent"
+    echo "retire: ready: VM $vmid ($node_name) answers through its guest agent and has its drain step"
     return 0
   fi
-  [[ -n "$agent" || ! -f "$PGC_AGENT_DIR/cluster.py" ]] || agent="$(cat "$PGC_AGENT_DIR/cluster.py")"
   # The agent's own limit comes after the drain's, so the guest reports a drain timeout itself.
-  result="$({
-    printf 'PGC_KUBECONFIG=%q\n' "${PGC_KUBECONFIG:-}"
-    printf 'PGC_AGENT_CLUSTER_PY=%q\n' "$agent"
-    printf '%s\n' "${PGC_GUEST_SCRIPT:-}"
-  } | qm guest exec "$vmid" --pass-stdin 1 --timeout "$((timeout + 180))" -- bash -s -- "${guest_args[@]}")" ||
+  result="$(printf 'PGC_KUBECONFIG=%s\n' "$(printf '%s' "${PGC_KUBECONFIG:-}" | base64 -w 0)" |
+    qm guest exec "$vmid" --pass-stdin 1 --timeout "$((timeout + 180))" -- bash "$guest_step" "${guest_args[@]}")" ||
     warn_and_leave "qm guest exec on VM $vmid failed"
   local out err
   out="$(json_field out-data <<<"$result")"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from proxmox_gpu_cluster.core.spec import DrainSpec
-from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, assignments, drain_args, drain_script
+from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, drain_args
 from tests.agent.agent import ENDPOINT, held
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import FakeCluster, Pod
@@ -49,9 +49,9 @@ def mig_chain(guest: FakeGuest, cluster: FakeCluster, steps: list[str]) -> list[
 
 
 def retire(guest: FakeGuest) -> Result:
-    stdin = assignments({KUBECONFIG_VAR: KUBECONFIG}) + drain_script()
     spec = DrainSpec.model_validate({"timeoutSeconds": 60})
-    return guest.run_stdin(stdin, *drain_args(NODE, ENDPOINT, spec, kubeadm_reset=True))
+    args = drain_args(NODE, ENDPOINT, spec, kubeadm_reset=True)
+    return guest.run_bundle("drain", *args, secrets={KUBECONFIG_VAR: KUBECONFIG})
 
 
 def retire_chain(guest: FakeGuest, cluster: FakeCluster, steps: list[str]) -> list[str]:

@@ -5,22 +5,22 @@ from __future__ import annotations
 import shlex
 
 from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.render.host_scripts import (
     kernel_args,
     parse_groups,
     prep_args,
-    remote_command,
     retire_args,
     verify_args,
 )
 from tests.support import base_spec
 
 
-def test_remote_command_quotes_and_uses_sudo_for_non_root() -> None:
+def test_step_commands_quote_and_use_sudo_for_non_root() -> None:
     args = ["--gpu", "0000:41:00=10de:2236", "it's"]
-    assert remote_command("root", args) == "bash -s -- --gpu 0000:41:00=10de:2236 'it'\"'\"'s'"
-    assert remote_command("admin", args).startswith("sudo -n bash -s -- ")
-    assert shlex.split(remote_command("root", args))[3:] == args
+    assert step_command("root", "host-prep", args).endswith("/step.sh --gpu 0000:41:00=10de:2236 'it'\"'\"'s'")
+    assert step_command("admin", "host-prep", args).startswith("sudo -n bash .proxmox-gpu-cluster/agent/host-prep-")
+    assert shlex.split(step_command("root", "host-prep", args))[2:] == args
 
 
 def test_args_follow_the_node_only() -> None:
@@ -40,10 +40,12 @@ def test_args_follow_the_node_only() -> None:
 
 
 def test_retire_args() -> None:
-    assert retire_args(3101, "gpu-a", 600, ["--node-name", "gpu-a"], check=True) == [
-        "--vmid", "3101", "--node-name", "gpu-a", "--timeout", "600", "--check", "1", "--", "--node-name", "gpu-a",
+    step = "/home/ubuntu/.proxmox-gpu-cluster/agent/drain-0123456789ab/step.sh"
+    assert retire_args(3101, "gpu-a", 600, step, ["--node-name", "gpu-a"], check=True) == [
+        "--vmid", "3101", "--node-name", "gpu-a", "--timeout", "600", "--guest-step", step, "--check", "1", "--",
+        "--node-name", "gpu-a",
     ]  # fmt: skip
-    assert retire_args(3101, "gpu-a", 600, [], check=False)[-3:] == ["--check", "0", "--"]
+    assert retire_args(3101, "gpu-a", 600, step, [], check=False)[-3:] == ["--check", "0", "--"]
 
 
 def test_parse_groups() -> None:

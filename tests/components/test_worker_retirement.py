@@ -8,6 +8,7 @@ import pulumi_command as command
 
 from proxmox_gpu_cluster.core.spec import DrainSpec
 from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
+from proxmox_gpu_cluster.render.agent_bundle import bundle_name, secrets_stdin
 from proxmox_gpu_cluster.testing import is_secret, run
 from tests.support import plain_strings
 
@@ -21,6 +22,7 @@ def test_minimal_args() -> None:
             vmid=2001,
             host="192.0.2.11",
             ssh_user="admin",
+            guest_user="ops",
             ssh_private_key=pulumi.Output.secret("KEY"),
             kubeconfig="CANARY-KUBECONFIG",
             api_endpoint="[2001:db8::10]:6443",
@@ -33,14 +35,20 @@ def test_minimal_args() -> None:
 
     rec = run(program)
     component = rec.one("proxmox-gpu-cluster:worker_retirement:WorkerRetirement")
-    (step,) = rec.children(component)
+    step, agent = sorted(rec.children(component), key=lambda r: r.name)
     assert step.name == "w1-retirement-drain" and step.protect
+    # Alone, it installs the node agent on the Proxmox node itself, and its step waits for that copy.
+    assert agent.name == "w1-retirement-host-agent" and agent.urn in step.dependencies
     assert step.replace_with == [rec.named("vm").urn]
     inputs = step.plain_inputs
     guest = "--node-name w1 --api-endpoint '[2001:db8::10]:6443' --timeout 300 --delete-emptydir-data 1 --force 1 --kubeadm-reset 0"
-    assert inputs["create"] == f"sudo -n bash -s -- --vmid 2001 --node-name w1 --timeout 300 --check 1 -- {guest}"
+    retire = f".proxmox-gpu-cluster/agent/{bundle_name('retire')}/step.sh"
+    drain = f"/home/ops/.proxmox-gpu-cluster/agent/{bundle_name('drain')}/step.sh"  # the guest user's agent copy
+    assert inputs["create"] == (
+        f"sudo -n bash {retire} --vmid 2001 --node-name w1 --timeout 300 --guest-step {drain} --check 1 -- {guest}"
+    )
     assert inputs["delete"] == inputs["create"].replace("--check 1", "--check 0")
-    assert inputs["stdin"].startswith("PGC_KUBECONFIG=CANARY-KUBECONFIG\nPGC_GUEST_SCRIPT=")
+    assert inputs["stdin"] == secrets_stdin({"PGC_KUBECONFIG": "CANARY-KUBECONFIG"})  # the credential and no script
     assert is_secret(step.inputs["stdin"])  # a plain kubeconfig argument still travels as a secret
     assert not [s for s in plain_strings(step.inputs) if "CANARY" in s]
     assert component.outputs.keys() == {"ready"}

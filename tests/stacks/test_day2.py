@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from proxmox_gpu_cluster.core.names import StackScope
+from proxmox_gpu_cluster.render.agent_bundle import bundle_name, secrets_stdin
 from proxmox_gpu_cluster.stacks.plan import main
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, unwrap
 from tests.support import SECRETS, base_spec, plain_strings, plan_stack, prod_spec, shared_group
@@ -108,8 +109,10 @@ def test_a_replace_is_planned_for_a_vmid_change_and_drains_the_old_vm() -> None:
     assert before.named("cluster-gpu-a10-b-vm").plain_inputs["vmId"] == 3202
     assert after.named("cluster-gpu-a10-b-vm").plain_inputs["vmId"] == 3212  # ForceNew upstream: a replacement
     old = before.named("cluster-gpu-a10-b-retirement-drain").plain_inputs["delete"]
-    assert old.startswith("bash -s -- --vmid 3202 --node-name gpu-a10-b --timeout 600 --check 0 --")
-    assert after.named("cluster-gpu-a10-b-retirement-drain").plain_inputs["delete"].startswith("bash -s -- --vmid 3212")
+    retire = f"bash .proxmox-gpu-cluster/agent/{bundle_name('retire')}/step.sh"
+    assert old.startswith(f"{retire} --vmid 3202 --node-name gpu-a10-b --timeout 600 --guest-step ")
+    assert " --check 0 -- " in old
+    assert after.named("cluster-gpu-a10-b-retirement-drain").plain_inputs["delete"].startswith(f"{retire} --vmid 3212")
 
 
 def test_the_retirement_waits_for_the_node_and_is_protected_with_the_vm() -> None:
@@ -126,7 +129,10 @@ def test_the_retirement_waits_for_the_node_and_is_protected_with_the_vm() -> Non
                                      "--timeout 600 --delete-emptydir-data 1 --force 0 --kubeadm-reset 1")  # fmt: skip
     assert inputs["addPreviousOutputInEnv"] is False
     assert is_secret(drain.inputs["stdin"]) and "stdin" in drain.additional_secret_outputs
-    assert SECRETS["kubeconfig"] in inputs["stdin"]
+    assert inputs["stdin"] == secrets_stdin({"PGC_KUBECONFIG": SECRETS["kubeconfig"]})  # the credential, no script
+    # The guest's drain step is the ubuntu user's agent copy; the host's retire step is the node's, waited for.
+    assert f" --guest-step /home/ubuntu/.proxmox-gpu-cluster/agent/{bundle_name('drain')}/step.sh " in inputs["create"]
+    assert rec.depends_on(drain, rec.named("cluster-pve-b-host-prep-agent"))
     for r in rec.resources:
         assert not any("CANARY-KUBECONFIG" in s for s in plain_strings(r.inputs)), r.name
 

@@ -270,10 +270,15 @@ def test_kubevirt_workers_get_a_virtual_iommu(workload: str, machine: str) -> No
     assert rec.named("cluster-mig-1-vm").plain_inputs["machine"] == "q35"
 
 
-def test_without_host_prep_a_node_gets_the_agent_only_where_a_step_runs_on_it() -> None:
-    rec = plan_stack(base_spec())  # no host prep; mig-1/mig-2 (A100, token mode) on pve1, ts-1 (A10) on pve2
+def test_without_host_prep_every_node_with_workers_gets_the_agent_once() -> None:
+    raw = base_spec()  # no host prep; mig-1/mig-2 (A100, token mode) on pve1, ts-1 (A10) on pve2
+    raw["proxmox"]["nodes"].append({**raw["proxmox"]["nodes"][1], "name": "pve9", "sshAddress": "192.0.2.99"})
+    rec = plan_stack(raw)
     agents = {r.name for r in rec.of_type("command:remote:CopyToRemote") if "pve" in r.name}
-    assert agents == {"cluster-pve1-agent"}  # pve2 runs no step: nothing reaches it over SSH
+    # The workers' retirements (and pve1's large-BAR windows) run on their nodes; pve9 has no worker and is never
+    # reached over SSH.
+    assert agents == {"cluster-pve1-agent", "cluster-pve2-agent"}
     for worker in ("mig-1", "mig-2"):
         assert rec.depends_on(rec.named(f"cluster-{worker}-large-bar"), rec.named("cluster-pve1-agent"))
+    assert rec.depends_on(rec.named("cluster-ts-1-retirement-drain"), rec.named("cluster-pve2-agent"))
     assert not [r for r in rec.resources if r.name.endswith("-host-agent")]  # the layer's copy, not one per VM

@@ -242,8 +242,11 @@ if args[:1] == ["status"]:
 if args[:3] == ["guest", "cmd", args[2]] and args[3] == "ping":
     sys.exit(0 if status == "running" and not os.path.exists(os.path.join(host_root, "agent-dead")) else 255)
 if args[:2] == ["guest", "exec"]:
-    command = args[args.index("--") + 1:]
-    stdin = sys.stdin.read()
+    # Inside the guest: an absolute path names the guest's file, under its fake root.
+    command = [os.path.join(guest_root, a.lstrip("/")) if a.startswith("/") and os.path.exists(
+        os.path.join(guest_root, a.lstrip("/"))) or a.startswith(("/home/", "/root/")) else a
+        for a in args[args.index("--") + 1:]]
+    stdin = sys.stdin.read() if "--pass-stdin" in args else ""
     env = {"PATH": guest_path, "PGC_ROOT": guest_root, "LC_ALL": "C"}
     proc = subprocess.run(command, input=stdin, env=env, capture_output=True, text=True, check=False)
     print(json.dumps({"exitcode": proc.returncode, "exited": 1, "out-data": proc.stdout, "err-data": proc.stderr},

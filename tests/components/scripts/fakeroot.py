@@ -13,16 +13,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxmox_gpu_cluster.render.agent_bundle import AGENT as AGENT_COPY_NAME
-from proxmox_gpu_cluster.render.agent_bundle import REMOTE_DIR, bundle_files, bundle_name, secrets_stdin
+from proxmox_gpu_cluster.render.agent_bundle import REMOTE_DIR, bundle_files, installed_step, secrets_stdin
 
 SCRIPTS = Path(__file__).resolve().parents[3] / "components" / "scripts"
 AGENT = SCRIPTS.parent / "agent"
 """The node agent's Python modules; on a machine they sit next to the step's script (PGC_AGENT_DIR)."""
 FAULT_MODES = ("fail", "kill", "kill-after")
 _HARNESS_FILES = {"fault.count", "fault.hit"}
-_AGENT_COPY = Path("home") / REMOTE_DIR
-"""Where run_bundle installs the agent in the fake root (not part of the machine state a test compares)."""
+_AGENT_COPY = REMOTE_DIR
+"""The directory the agent's copy lives in (under a home directory; not machine state a test compares)."""
 # The preamble of every stub: record the call, count it, and inject the fault when this is the chosen command.
 _PREAMBLE = """#!/bin/sh
 printf "%s\\n" "$(basename "$0") $*" >> "$PGC_ROOT/calls.log"
@@ -103,15 +102,22 @@ class FakeRoot:
     def run(self, script: str, *args: str) -> Result:
         return self._call(["bash", str(SCRIPTS / script), *args])
 
-    def run_bundle(self, step: str, *args: str, secrets: dict[str, str] | None = None) -> Result:
-        """Run ``step`` as a machine does: its agent bundle installed under ``root/home/.proxmox-gpu-cluster/agent``
-        (the files CopyToRemote puts there), run as ``bash <bundle>/step.sh <args>`` with only ``secrets`` on stdin
-        (render/agent_bundle.py ``step_command`` and ``secrets_stdin``)."""
-        bundle = self.root / "home" / REMOTE_DIR / AGENT_COPY_NAME / bundle_name(step)
+    def install_bundle(self, step: str, user: str = "ubuntu") -> Path:
+        """Install ``step``'s agent bundle where the agent's copy puts it for SSH user ``user`` (``/home/<user>`` or
+        ``/root``, then ``.proxmox-gpu-cluster/agent/<step>-<fp>``); returns its directory in the fake root."""
+        bundle = self.root / installed_step(user, step).lstrip("/")
+        bundle = bundle.parent
         if not bundle.is_dir():
             bundle.mkdir(parents=True)
             for name, content in bundle_files(step):
                 (bundle / name).write_bytes(content)
+        return bundle
+
+    def run_bundle(self, step: str, *args: str, secrets: dict[str, str] | None = None) -> Result:
+        """Run ``step`` as a machine does: its agent bundle installed (``install_bundle``), run as
+        ``bash <bundle>/step.sh <args>`` with only ``secrets`` on stdin (render/agent_bundle.py ``step_command`` and
+        ``secrets_stdin``)."""
+        bundle = self.install_bundle(step)
         return self._call(["bash", str(bundle / "step.sh"), *args], stdin=secrets_stdin(secrets or {}))
 
     def run_stdin(self, text: str, *args: str) -> Result:
@@ -153,5 +159,5 @@ class FakeRoot:
             and self.bin not in p.parents
             and p != self.log
             and p.name not in _HARNESS_FILES
-            and _AGENT_COPY not in p.relative_to(self.root).parents
+            and _AGENT_COPY not in p.relative_to(self.root).parts
         }

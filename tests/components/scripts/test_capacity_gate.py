@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from proxmox_gpu_cluster.render.guest_scripts import capacity_args, capacity_script
+from proxmox_gpu_cluster.render.guest_scripts import capacity_args
 from tests.components.scripts.fakeroot import FakeRoot
 
 KUBECTL = r"""
@@ -45,7 +45,7 @@ def guest(tmp_path: Path, answers: list[dict[str, Any] | None], kubelet_conf: bo
 
 def gate(root: FakeRoot, expected: dict[str, int], timeout: int = 60, config: str | None = None) -> Any:
     args = capacity_args("gpu-1", expected, timeout=timeout, device_plugin_config=config)
-    return root.run_stdin(capacity_script(), *[*args, "--interval", "10"])
+    return root.run_bundle("capacity", *[*args, "--interval", "10"])
 
 
 def test_passes_at_once_when_the_node_advertises_the_plan(tmp_path: Path) -> None:
@@ -114,5 +114,5 @@ def test_a_node_that_has_not_joined_fails_at_once(tmp_path: Path) -> None:
 
 def test_arguments_are_checked(tmp_path: Path) -> None:
     root = guest(tmp_path, [node({})])
-    result = root.run_stdin(capacity_script(), "--node", "gpu-1", "--expect", "nvidia.com/gpu=4;reboot")
+    result = root.run_bundle("capacity", "--node", "gpu-1", "--expect", "nvidia.com/gpu=4;reboot")
     assert result.returncode == 1 and "--expect: expected RESOURCE=COUNT" in result.stderr and result.calls == []
