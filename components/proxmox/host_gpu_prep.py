@@ -32,7 +32,7 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
     3. ``verify``: host_verify.sh checks IOMMU, interrupt remapping, vfio-pci binding and IOMMU-group isolation
        and reports each GPU's group, which the PCI mappings use when the preflight could not read them.
 
-    Failures name the step and what was seen (the scripts print ``host-prep: <step>: ...``).
+    Failures name the step, what was expected and what was seen (``host-prep: <what>: expected <x>, saw <y>``).
     """
 
     reboot: pulumi.Output[bool]
