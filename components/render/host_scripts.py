@@ -12,7 +12,7 @@ import re
 from importlib import resources
 
 from proxmox_gpu_cluster.core.spec import ProxmoxNode
-from proxmox_gpu_cluster.render.shipping import strip_comments
+from proxmox_gpu_cluster.render.shipping import strip_comments, strip_python
 
 VERIFY_LINE = re.compile(r"^group (\S+) (\d+)$")
 REBOOT_SCHEDULED = "reboot: scheduled"
@@ -23,10 +23,10 @@ REBOOT_REQUIRED = "reboot: required"
 
 @functools.cache
 def script(name: str) -> str:
-    """The text of a shipped script as it travels (shell scripts without their comment lines, see
-    ``render/shipping.py``); read once per process, as every worker's steps send the same text."""
+    """The text of a shipped script as it travels (without its comments, see ``render/shipping.py``); read once per
+    process, as every worker's steps send the same text."""
     text = resources.files("proxmox_gpu_cluster").joinpath("scripts", name).read_text()
-    return strip_comments(text) if name.endswith(".sh") else text
+    return strip_comments(text) if name.endswith(".sh") else strip_python(text)
 
 
 def kernel_args(node: ProxmoxNode) -> list[str]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from proxmox_gpu_cluster.render.host_scripts import script
-from proxmox_gpu_cluster.render.shipping import strip_comments
+from proxmox_gpu_cluster.render.shipping import strip_comments, strip_python
 from tests.components.scripts.fakeroot import SCRIPTS
 from tests.support import external
 
@@ -57,3 +58,26 @@ def test_strings_heredocs_and_directives_stay() -> None:
 def test_the_check_would_catch_a_line_lost_from_a_string() -> None:
     text = 'put x "first\n# inside\nlast"\n'
     assert parsed(text) != parsed('put x "first\nlast"\n')
+
+
+def _code(tree: ast.Module) -> str:
+    """The module's code without its docstring, as the AST sees it."""
+    body = tree.body[1:] if tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(
+        tree.body[0].value, ast.Constant) else tree.body  # fmt: skip
+    return ast.dump(ast.Module(body=body, type_ignores=[]))
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for p in SCRIPTS.glob("*.py") if p.name != "__init__.py"), ids=lambda p: p.name
+)
+def test_python_as_sent_is_the_same_code_without_docstring_and_comments(path: Path) -> None:
+    sent = script(path.name)
+    assert _code(ast.parse(sent)) == _code(ast.parse(path.read_text()))
+    assert '"""' not in sent.splitlines()[0] and not any(line.lstrip().startswith("#") for line in sent.splitlines())
+    assert len(sent) < len(path.read_text())
+
+
+def test_strip_python_keeps_code_that_looks_like_a_comment_inside_a_string() -> None:
+    text = '"""Doc.\n\nMore doc.\n"""\n# a comment\nx = "# not a comment"\n\ny = 1  # trailing\n'
+    assert strip_python(text) == 'x = "# not a comment"\ny = 1  # trailing\n'
+    assert strip_python('"""One line."""\nz = 2\n') == "z = 2\n"
