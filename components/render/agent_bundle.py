@@ -51,9 +51,9 @@ GUEST_STEPS: dict[str, tuple[str, ...]] = {
 }
 """The steps that run on a worker's guest and the scripts each is made of, in order."""
 HOST_STEPS: dict[str, tuple[str, ...]] = {
-    "host-prep": ("host_prep.sh",),
-    "host-verify": ("host_verify.sh",),
-    "large-bar": ("large_bar.sh",),
+    "host-prep": ("host_lib.sh", "host_prep.sh"),
+    "host-verify": ("host_lib.sh", "host_verify.sh"),
+    "large-bar": ("host_lib.sh", "large_bar.sh"),
     "retire": ("retire_vm.sh",),
 }
 """The steps that run on a Proxmox node."""

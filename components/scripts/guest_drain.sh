@@ -42,20 +42,6 @@ done
 PGC_AGENT_DIR="${PGC_AGENT_DIR:-$(dirname "${BASH_SOURCE[0]:-.}")}"
 WORK_DIR="" # global: the EXIT trap removes it after main has returned
 
-# leftovers: remove the work directories of runs that are gone (the pid in their name): a killed run cannot remove
-# its own kubeconfig, and a running one's is never touched.
-leftovers() {
-  local dir pid
-  for dir in "$ROOT"/run/pgc-drain.*; do
-    [[ -e "$dir" ]] || continue
-    pid="${dir##*/pgc-drain.}"
-    pid="${pid%%.*}"
-    if [[ ! "$pid" =~ ^[0-9]+$ ]] || ! kill -0 "$pid" 2>/dev/null; then
-      rm -rf "$dir"
-    fi
-  done
-}
-
 main() {
   local agent="$PGC_AGENT_DIR/cluster.py"
   if ! command -v kubectl >/dev/null; then
@@ -68,7 +54,7 @@ main() {
     guest_begin
   fi
   mkdir -p "$ROOT/run"
-  leftovers
+  stale_secrets "$ROOT/run/pgc-drain" # guest_lib.sh: a killed run's kubeconfig directory
   WORK_DIR="$(umask 077 && mktemp -d "$ROOT/run/pgc-drain.$$.XXXXXX")"
   trap 'rm -rf "$WORK_DIR"' EXIT
   (umask 077 && printf '%s\n' "${PGC_KUBECONFIG:-}" >"$WORK_DIR/kubeconfig")

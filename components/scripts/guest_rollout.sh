@@ -61,20 +61,6 @@ rollout_agent() {
     --force "$ROLLOUT_FORCE" --poll "$ROLLOUT_POLL"
 }
 
-# secret_leftovers <glob prefix>: remove the files of that prefix whose run (the pid in their name) is gone: a
-# killed step cannot remove its own, and a running step's file is never touched.
-secret_leftovers() {
-  local file pid
-  for file in "$1".*; do
-    [[ -e "$file" ]] || continue
-    pid="${file#"$1".}"
-    pid="${pid%%.*}"
-    if [[ ! "$pid" =~ ^[0-9]+$ ]] || ! kill -0 "$pid" 2>/dev/null; then
-      rm -rf "$file"
-    fi
-  done
-}
-
 # rollout_credentials: write the kubeconfig for kubectl (mode 600, removed when the step exits).
 rollout_credentials() {
   [[ -z "$ROLLOUT_KUBECONFIG" ]] || return 0
@@ -82,7 +68,7 @@ rollout_credentials() {
   command -v kubectl >/dev/null || fail "rollout" "kubectl on the node (installed by the runtime step)" "none"
   [[ -f "$PGC_AGENT_DIR/cluster.py" ]] || fail "rollout" "the node agent's cluster.py in $PGC_AGENT_DIR" "none"
   mkdir -p "$ROOT/run"
-  secret_leftovers "$ROOT/run/pgc-kubeconfig"
+  stale_secrets "$ROOT/run/pgc-kubeconfig" # guest_lib.sh
   ROLLOUT_KUBECONFIG="$(umask 077 && mktemp "$ROOT/run/pgc-kubeconfig.$$.XXXXXX")"
   trap rollout_cleanup EXIT
   printf '%s\n' "$PGC_KUBECONFIG" >"$ROLLOUT_KUBECONFIG"

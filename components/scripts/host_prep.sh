@@ -25,7 +25,8 @@ ROOT="${PGC_ROOT:-}"
 STATE="$ROOT/var/lib/proxmox-gpu-cluster"
 MARKER="$ROOT/run/proxmox-gpu-cluster/reboot-required"
 SCHEDULED="$STATE/reboot-scheduled"
-LOCK="$ROOT/run/lock/proxmox-gpu-cluster.lock"
+# shellcheck disable=SC2034 # read by host_lib.sh (failure lines)
+STEP="host-prep"
 cpu_vendor="" boot_loader="auto" acs_override=0 reboot_policy="when-idle" gpus=() changed=()
 
 # die <what> <expected> <saw>
@@ -65,20 +66,6 @@ esac
 
 wanted_args=("${cpu_vendor}_iommu=on" "iommu=pt")
 [[ "$acs_override" != 1 ]] || wanted_args+=("pcie_acs_override=downstream,multifunction")
-
-# One step at a time on this node: host prep, host verify and the large-BAR steps of its workers read and change
-# the same state. The flock dies with its holder (even a SIGKILLed one), so a killed run never blocks the next; the
-# wait is bounded and the message names the holder. fd 9 stays open to the end of the step.
-lock() {
-  local wait="${PGC_LOCK_TIMEOUT:-600}" holder
-  mkdir -p "${LOCK%/*}"
-  exec 9<>"$LOCK"
-  if ! flock -w "$wait" 9; then
-    holder="$(head -n 1 "$LOCK" 2>/dev/null || true)"
-    die lock "${LOCK#"$ROOT"} free within ${wait}s" "it held by ${holder:-an unknown process}"
-  fi
-  printf 'host-prep (pid %s) since %s\n' "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$LOCK"
-}
 
 # put_file <file> <content>: atomically (a temporary file in the same directory, fsync, rename, fsync of the
 # directory), so a killed or failing write leaves the old file or the new one, never a truncated one. ENOSPC or a
@@ -226,7 +213,7 @@ main() {
   local scheduled_boot="" scheduled_reason="" scheduled_config=""
   local -a missing=() initramfs_files
   local -A content=()
-  lock
+  host_lock host-prep # host_lib.sh
   [[ "$boot_loader" != auto ]] || boot_loader="$(detect_boot_loader)"
 
   case "$boot_loader" in

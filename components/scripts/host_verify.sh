@@ -12,7 +12,8 @@ set -euo pipefail
 set -E # the ERR trap below also fires in functions
 
 ROOT="${PGC_ROOT:-}"
-LOCK="$ROOT/run/lock/proxmox-gpu-cluster.lock"
+# shellcheck disable=SC2034 # read by host_lib.sh (failure lines)
+STEP="host-verify"
 kernel_args=()
 gpus=()
 nested=0
@@ -27,18 +28,6 @@ on_error() {
   exit "$1"
 }
 trap 'on_error $?' ERR
-
-# One step at a time on this node (see host_prep.sh): the flock dies with its holder; the wait is bounded.
-lock() {
-  local wait="${PGC_LOCK_TIMEOUT:-600}" holder
-  mkdir -p "${LOCK%/*}"
-  exec 9<>"$LOCK"
-  if ! flock -w "$wait" 9; then
-    holder="$(head -n 1 "$LOCK" 2>/dev/null || true)"
-    fail lock "${LOCK#"$ROOT"} free within ${wait}s" "it held by ${holder:-an unknown process}"
-  fi
-  printf 'host-verify (pid %s) since %s\n' "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$LOCK"
-}
 
 while (($#)); do
   case "$1" in
@@ -58,7 +47,7 @@ kernel_log() {
 
 # Every check runs from main with stdin closed: only the agent prologue reads stdin.
 main() {
-  lock
+  host_lock host-verify # host_lib.sh
   running="$(cat "$ROOT/proc/cmdline")"
   for arg in "${kernel_args[@]}"; do
     if [[ " $running " != *" $arg "* ]]; then

@@ -17,7 +17,8 @@ set -euo pipefail
 set -E # the ERR trap below also fires in functions
 
 ROOT="${PGC_ROOT:-}"
-LOCK="$ROOT/run/lock/proxmox-gpu-cluster.lock"
+# shellcheck disable=SC2034 # read by host_lib.sh (failure lines)
+STEP="large-bar"
 
 fail() {
   echo "large-bar: $1: expected $2, saw $3" >&2
@@ -41,19 +42,6 @@ wanted="-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=${mmio_mb}"
 uid="$(id -u)"
 [[ "$uid" == 0 ]] || fail user "root (qm set --args is root-only)" "uid $uid; set proxmox.sshUser to root or use \
 authMode: password"
-
-# One step at a time on this node (see host_prep.sh): the flock dies with its holder; the wait is bounded. Every
-# qm that may start a VM gets fd 9 closed, or the VM's QEMU process would hold the lock for as long as it runs.
-lock() {
-  local wait="${PGC_LOCK_TIMEOUT:-600}" holder
-  mkdir -p "${LOCK%/*}"
-  exec 9<>"$LOCK"
-  if ! flock -w "$wait" 9; then
-    holder="$(head -n 1 "$LOCK" 2>/dev/null || true)"
-    fail lock "${LOCK#"$ROOT"} free within ${wait}s" "it held by ${holder:-an unknown process}"
-  fi
-  printf 'large-bar %s (pid %s) since %s\n' "$vmid" "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$LOCK"
-}
 
 running() {
   local status
@@ -86,7 +74,9 @@ guest_address() {
 
 main() {
   local config current address waited=0 set=0 did
-  lock
+  # Every qm that may start a VM gets fd 9 (this lock) closed, or the VM's QEMU process would hold it as long as
+  # it runs.
+  host_lock "large-bar $vmid" # host_lib.sh
   config="$(qm config "$vmid" 2>&1)" || fail config "the config of VM $vmid (qm config)" "'$config'"
   current="$(sed -n 's/^args: //p' <<<"$config")"
   if [[ "$current" != "$wanted" ]]; then

@@ -50,6 +50,7 @@ def test_every_step_has_a_12_digit_fingerprint_and_a_bundle_named_after_it() -> 
         ("guest_rollout.sh", {"driver", "verify", "mig"}),
         ("guest_lib.sh", set(GUEST_STEPS)),
         ("host_prep.sh", {"host-prep"}),
+        ("host_lib.sh", set(HOST_STEPS) - {"retire"}),
         ("agent_prologue.sh", set(ALL_STEPS)),
     ],
 )

@@ -13,12 +13,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxmox_gpu_cluster.render.agent_bundle import REMOTE_DIR, bundle_files, installed_step, secrets_stdin
+from proxmox_gpu_cluster.render.agent_bundle import KINDS, REMOTE_DIR, bundle_files, installed_step, secrets_stdin
 
 SCRIPTS = Path(__file__).resolve().parents[3] / "components" / "scripts"
 AGENT = SCRIPTS.parent / "agent"
 """The node agent's Python modules; on a machine they sit next to the step's script (PGC_AGENT_DIR)."""
 FAULT_MODES = ("fail", "kill", "kill-after")
+_STEP_OF = {names[-1]: step for steps in KINDS.values() for step, names in steps.items() if names[-1].endswith(".sh")}
+"""A step's own script -> the step (the last script of its bundle)."""
 _HARNESS_FILES = {"fault.count", "fault.hit"}
 _AGENT_COPY = REMOTE_DIR
 """The directory the agent's copy lives in (under a home directory; not machine state a test compares)."""
@@ -100,6 +102,10 @@ class FakeRoot:
         return hit.read_text().strip() if hit.exists() else None
 
     def run(self, script: str, *args: str) -> Result:
+        """Run a step's script as a machine does (its agent bundle, ``run_bundle``), or any other script as it is."""
+        step = _STEP_OF.get(script)
+        if step is not None:
+            return self.run_bundle(step, *args)
         return self._call(["bash", str(SCRIPTS / script), *args])
 
     def install_bundle(self, step: str, user: str = "ubuntu") -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.components.scripts.fakehost import A10, BOOT, GRUB, FakeHost, mutating
-from tests.components.scripts.fakeroot import SCRIPTS
+from tests.components.scripts.fakeroot import _STEP_OF
 
 LOCK = "run/lock/proxmox-gpu-cluster.lock"
 BOOT_ID_2 = "59e06cf8-f390-5093-af2e-3685be593a25"  # the fake's second boot
@@ -157,7 +157,8 @@ def test_an_unexpected_failure_names_the_command(host: FakeHost) -> None:
 
 def run_with(host: FakeHost, script: str, *args: str, **env: str) -> subprocess.Popen[str]:
     base = {"PATH": f"{host.bin}:/usr/bin:/bin", "PGC_ROOT": str(host.root), "LC_ALL": "C"}
-    return subprocess.Popen(["bash", str(SCRIPTS / script), *args], env=base | env, text=True,
+    bundle = host.install_bundle(_STEP_OF[script])  # the step as the node agent installs it
+    return subprocess.Popen(["bash", str(bundle / "step.sh"), *args], env=base | env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
 
 
