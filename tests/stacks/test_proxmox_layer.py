@@ -207,7 +207,7 @@ def test_large_bar_token_mode_uses_qm_set_on_the_host() -> None:
     assert rec.depends_on(rec.named("cluster-mig-1-large-bar"), rec.named("cluster-mig-1-vm"))
     # It runs the node agent host prep installed on the node (one copy per node, not per worker).
     assert rec.depends_on(rec.named("cluster-mig-1-large-bar"), rec.named("cluster-pve1-host-prep-agent"))
-    assert [r.name for r in rec.of_type("command:remote:CopyToRemote") if "pve" in r.name] == [
+    assert sorted(r.name for r in rec.of_type("command:remote:CopyToRemote") if "pve" in r.name) == [
         "cluster-pve1-host-prep-agent", "cluster-pve2-host-prep-agent"]  # fmt: skip
     vm = rec.named("cluster-mig-1-vm")
     assert "kvmArguments" not in vm.plain_inputs and "kvmArguments" in vm.ignore_changes
