@@ -50,7 +50,7 @@ def test_only_the_holder_releases_and_release_is_idempotent(tmp_path: Path) -> N
     assert held(fake) == {} and b.take() == SLOT0
 
 
-@pytest.mark.parametrize("slots", [1, 3])
+@pytest.mark.parametrize("slots", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_concurrent_takers_for_one_node_settle_on_one_slot(tmp_path: Path, slots: int) -> None:
     # Two runs of one node's step at once (no machine lock): each may claim a different free slot, but the node's
     # annotation, written at the Node's resourceVersion, admits one; the others give their claim back and adopt it.

@@ -11,6 +11,8 @@ import concurrent.futures
 import random
 from pathlib import Path
 
+import pytest
+
 from proxmox_gpu_cluster.render.host_scripts import script
 from tests.agent.agent import ENDPOINT, KUBECONFIG, held
 from tests.components.scripts.fakekube import FakeCluster
@@ -72,6 +74,7 @@ def chain(root: FakeRoot, node: str, steps: list[str]) -> list[str]:
     return []
 
 
+@pytest.mark.slow
 def test_six_nodes_with_faults_never_exceed_max_unavailable_and_end_with_every_slot_free(tmp_path: Path) -> None:
     rng = random.Random(23)
     fake = FakeCluster(tmp_path / "api.json", KUBECONFIG, nodes=NODES)

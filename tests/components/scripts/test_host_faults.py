@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from tests.components.scripts.fakehost import A10, A100, FakeHost, mutating
 from tests.components.scripts.fakeroot import FAULT_MODES, Result
 
@@ -132,6 +134,7 @@ def zfs_node_with_a_running_vm(root: Path) -> FakeHost:
     return host
 
 
+@pytest.mark.slow
 def test_always_reboots_a_busy_systemd_boot_node(tmp_path: Path) -> None:
     prep: Step = ("host-prep", lambda h: h.prep(A10, policy="always"))
     check(harness(tmp_path, zfs_node_with_a_running_vm, [prep, ("host-verify", lambda h: h.verify(A10[0]))]))
@@ -145,6 +148,7 @@ def prepared_with_a_running_worker(root: Path) -> FakeHost:
     return host
 
 
+@pytest.mark.slow
 def test_a_new_gpu_on_a_busy_node_is_bound_live_and_when_idle_never_reboots_it(tmp_path: Path) -> None:
     report = harness(tmp_path, prepared_with_a_running_worker, [PREP, VERIFY])
     check(report)
@@ -158,11 +162,13 @@ def busy(root: Path) -> FakeHost:
     return host
 
 
+@pytest.mark.slow
 def test_when_idle_never_reboots_a_busy_node(tmp_path: Path) -> None:
     report = harness(tmp_path, busy, [PREP, VERIFY])
     check(report)  # the reference ends with host prep refusing; so does every faulted chain, without a reboot
     assert report.boots == 1
 
 
+@pytest.mark.slow
 def test_never_leaves_the_reboot_to_the_operator(tmp_path: Path) -> None:
     check(harness(tmp_path, FakeHost, [("host-prep", lambda h: h.prep(A10, A100, policy="never")), VERIFY]))

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.components.scripts.fakehost import WINDOW, FakeHost
 from tests.components.scripts.test_host_faults import Step, check, harness
 
@@ -24,6 +26,7 @@ def node(args: str | None, running: bool, config_args: str | None = None) -> Cal
     return make
 
 
+@pytest.mark.slow
 def test_a_new_vm_created_stopped(tmp_path: Path) -> None:
     report = harness(tmp_path, node(None, running=False), [LARGE_BAR])
     check(report)
@@ -34,9 +37,11 @@ def test_a_running_vm_without_the_window(tmp_path: Path) -> None:
     check(harness(tmp_path, node(None, running=True), [LARGE_BAR]))
 
 
+@pytest.mark.slow
 def test_a_running_vm_whose_config_has_the_window_but_its_process_not(tmp_path: Path) -> None:
     check(harness(tmp_path, node(None, running=True, config_args=f"args: {WINDOW}\n"), [LARGE_BAR]))
 
 
+@pytest.mark.slow
 def test_a_running_vm_with_the_window_whose_config_lost_it(tmp_path: Path) -> None:
     check(harness(tmp_path, node(WINDOW, running=True, config_args=""), [LARGE_BAR]))
