@@ -37,19 +37,19 @@ AGENT = "agent"
 CACHE_ENV = "PGC_AGENT_CACHE"
 """Where the bundles are written for the copy (default: the user's cache directory)."""
 
-_PY = "<agent>"
-"""Stands for every Python module of the agent (components/agent/*.py) in a step's file list."""
+_CLUSTER = "agent/cluster.py"
 GUEST_STEPS: dict[str, tuple[str, ...]] = {
     "cloud-init": ("guest_lib.sh", "guest_cloud_init.sh"),
-    "driver": ("guest_lib.sh", "guest_rollout.sh", "guest_driver.sh", _PY),
+    "driver": ("guest_lib.sh", "guest_rollout.sh", "guest_driver.sh", _CLUSTER),
     "runtime": ("guest_lib.sh", "guest_runtime.sh"),
     "join": ("guest_lib.sh", "guest_join.sh"),
-    "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", _PY),
-    "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig.sh", _PY),
-    "capacity": ("guest_lib.sh", "guest_capacity.sh", _PY),
-    "drain": ("guest_lib.sh", "guest_drain.sh", _PY),
+    "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", _CLUSTER),
+    "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig.sh", _CLUSTER),
+    "capacity": ("guest_lib.sh", "guest_capacity.sh", "agent/capacity.py"),
+    "drain": ("guest_lib.sh", "guest_drain.sh", _CLUSTER),
 }
-"""The steps that run on a worker's guest and the scripts each is made of, in order."""
+"""The steps that run on a worker's guest: the scripts each is made of, in order (``scripts/``), then the agent's
+Python modules it calls (``agent/``, installed beside ``step.sh``)."""
 HOST_STEPS: dict[str, tuple[str, ...]] = {
     "host-prep": ("host_lib.sh", "host_prep.sh"),
     "host-verify": ("host_lib.sh", "host_verify.sh"),
@@ -73,15 +73,11 @@ def bundle_files(step: str) -> tuple[tuple[str, bytes], ...]:
     if kind is None:
         known = ", ".join(s for steps in KINDS.values() for s in steps)
         raise ValueError(f"unknown agent step {step!r}; steps: {known}")
-    scripts = [name for name in KINDS[kind][step] if name != _PY]
+    scripts = [name for name in KINDS[kind][step] if not name.startswith("agent/")]
     text = "\n".join(strip_comments(_text("scripts", name)) for name in ["agent_prologue.sh", *scripts])
     files: dict[str, bytes] = {"step.sh": text.encode()}
-    if _PY in KINDS[kind][step]:
-        agent = resources.files("proxmox_gpu_cluster").joinpath("agent")
-        if agent.is_dir():
-            for item in agent.iterdir():
-                if item.name.endswith(".py") and item.name != "__init__.py":
-                    files[item.name] = item.read_bytes()
+    for module in (name for name in KINDS[kind][step] if name.startswith("agent/")):
+        files[module.removeprefix("agent/")] = _text("agent", module.removeprefix("agent/")).encode()
     return tuple(sorted(files.items()))
 
 

@@ -75,12 +75,15 @@ def test_a_comment_change_changes_nothing() -> None:
 
 
 def test_the_python_modules_ride_with_the_steps_that_call_them() -> None:
-    agent_modules = sorted(p.name for p in (Path(agent_bundle.__file__).parents[1] / "agent").glob("*.py"))
-    agent_modules = [m for m in agent_modules if m != "__init__.py"]
-    for step in ("driver", "verify", "mig", "capacity"):
-        assert [n for n, _ in bundle_files(step) if n.endswith(".py")] == agent_modules
-    for step in ("cloud-init", "runtime", "join", *HOST_STEPS):
-        assert [n for n, _ in bundle_files(step)] == ["step.sh"]
+    scripts = Path(agent_bundle.__file__).parents[1] / "scripts"
+    for step in (*GUEST_STEPS, *HOST_STEPS):
+        text = dict(bundle_files(step))["step.sh"].decode()
+        modules = [n for n, _ in bundle_files(step) if n.endswith(".py")]
+        called = sorted(set(re.findall(r"\$PGC_AGENT_DIR/([a-z_]+\.py)", text)))
+        assert modules == called, step  # exactly what its scripts call, so a module change re-runs only them
+    assert [n for n, _ in bundle_files("capacity") if n.endswith(".py")] == ["capacity.py"]
+    assert "cluster.py" not in dict(bundle_files("capacity"))
+    assert (scripts / "agent_prologue.sh").exists()
 
 
 def test_the_command_names_the_bundle_and_quotes_every_argument() -> None:
