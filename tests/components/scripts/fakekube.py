@@ -326,7 +326,7 @@ class FakeCluster:
     def install(self, guest: FakeRoot) -> None:
         (guest.bin / "kubectl.py").write_text(_KUBECTL)
         expected = self.path.parent / "expected-kubeconfig"
-        guest.stub_script("kubectl", f'exec python3 "{guest.bin}/kubectl.py" "{self.path}" "{expected}" "$@"')
+        guest.stub_script("kubectl", f'python3 "{guest.bin}/kubectl.py" "{self.path}" "{expected}" "$@"')
 
 
 def install_qm(host: FakeRoot, guest: FakeRoot, status: str = "running") -> None:
@@ -334,5 +334,5 @@ def install_qm(host: FakeRoot, guest: FakeRoot, status: str = "running") -> None
     (host.bin / "qm.py").write_text(_QM)
     host.write("fake-vm-status", status)
     guest_path = f"{guest.bin}:/usr/bin:/bin"
-    host.stub_script("qm", f'exec python3 "{host.bin}/qm.py" "{host.root}" "{guest.root}" "{guest_path}" "$@"')
+    host.stub_script("qm", f'python3 "{host.bin}/qm.py" "{host.root}" "{guest.root}" "{guest_path}" "$@"')
     host.stub_script("id", 'if [ "$1" = -u ]; then echo 0; else echo root; fi')

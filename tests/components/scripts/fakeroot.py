@@ -82,7 +82,8 @@ class FakeRoot:
         script.chmod(0o755)
 
     def stub_script(self, name: str, body: str) -> None:
-        """A command that records its call, then runs ``body`` (sh) with the same arguments."""
+        """A command that records its call, then runs ``body`` (sh) with the same arguments. ``body`` must not
+        ``exec`` another program: the shell has to live on for a ``kill-after`` fault's exit trap."""
         script = self.bin / name
         script.write_text(f"{_PREAMBLE}{body}\n")
         script.chmod(0o755)

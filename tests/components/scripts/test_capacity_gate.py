@@ -36,7 +36,7 @@ def guest(tmp_path: Path, answers: list[dict[str, Any] | None], kubelet_conf: bo
     state = tmp_path / "answers.json"
     state.write_text(json.dumps(answers))
     (tmp_path / "kubectl.py").write_text(KUBECTL)
-    root.stub_script("kubectl", f'exec python3 "{tmp_path / "kubectl.py"}" "{state}" "$@"')
+    root.stub_script("kubectl", f'python3 "{tmp_path / "kubectl.py"}" "{state}" "$@"')
     root.stub("sleep")  # no real waiting; the stub records each pause
     if kubelet_conf:
         root.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n")
