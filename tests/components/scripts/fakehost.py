@@ -107,7 +107,7 @@ case "$target" in
      && grep -q "_iommu=on" "$PGC_ROOT/proc/cmdline"; then
     ln -s ../../../bus/pci/drivers/vfio-pci "$dev/driver"
   fi ;;
-*) exec /usr/bin/tee "$@" ;;
+*) /usr/bin/tee "$@" ;;
 esac"""
 _QM = """vms="$PGC_ROOT/fake-vms" run="$PGC_ROOT/var/run/qemu-server" vmid="${2:-}"
 [ -e "$PGC_ROOT/fake-qm-broken" ] && { echo "ipcc_send_rec[1] failed: Connection refused" >&2; exit 2; }
