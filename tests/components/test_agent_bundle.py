@@ -246,3 +246,14 @@ def test_without_a_writable_cache_the_copy_goes_to_a_private_temporary_directory
         materialize.cache_clear()
     assert path.is_dir() and not str(path).startswith(str(blocked))
     assert (path.parent.parent.stat().st_mode & 0o777) == 0o700  # mkdtemp: nobody else can plant a bundle there
+
+
+def test_the_declared_pulumi_command_copies_into_an_existing_directory() -> None:
+    # The agent is copied again into ~/.proxmox-gpu-cluster/agent whenever it changes; pulumi-command 1.0.0's
+    # CopyToRemote created the directory unconditionally and failed the second time (fixed in 1.0.1, #496).
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    spec = next(d for d in pyproject["project"]["dependencies"] if d.startswith("pulumi-command"))
+    floor = re.search(r">=([0-9.]+)", spec)
+    assert floor is not None and tuple(int(p) for p in floor[1].split(".")) >= (1, 0, 1), spec
