@@ -7,10 +7,10 @@ HOST_LOCK="${PGC_ROOT:-}/run/lock/proxmox-gpu-cluster.lock"
 
 # host_lock <holder>: one step at a time on this node: host prep, host verify and the large-BAR steps of its workers
 # read and change the same state. The flock dies with its holder (even a SIGKILLed one), so a killed run never
-# blocks the next; the wait is bounded (PGC_LOCK_TIMEOUT, default 600 s) and the failure names the holder. fd 9
+# blocks the next; the wait is bounded (PGC_LOCK_WAIT, default 600 s) and the failure names the holder. fd 9
 # stays open to the end of the step (close it, 9>&-, for anything that outlives the step, such as a VM's QEMU).
 host_lock() {
-  local wait="${PGC_LOCK_TIMEOUT:-600}" holder
+  local wait="${PGC_LOCK_WAIT:-600}" holder
   mkdir -p "${HOST_LOCK%/*}"
   exec 9<>"$HOST_LOCK"
   if ! flock -w "$wait" 9; then

@@ -191,7 +191,7 @@ def test_a_held_lock_is_waited_for_then_the_wait_ends_naming_the_holder(host: Fa
         lock.write_text("large-bar 2102 (pid 4242) since 2026-11-24T03:00:00Z\n")
         for script, args in [("host_prep.sh", PREP_ARGS), ("host_verify.sh", ("--gpu", "0000:41:00")),
                              ("large_bar.sh", ("2102", "65536"))]:  # fmt: skip
-            run = run_with(host, script, *args, PGC_LOCK_TIMEOUT="1")
+            run = run_with(host, script, *args, PGC_LOCK_WAIT="1")
             err = run.communicate(timeout=60)[1]
             step = script.removesuffix(".sh").replace("_", "-")
             assert run.returncode == 1, err
