@@ -2,6 +2,21 @@
 # Helpers shared by the Proxmox host steps (host_prep.sh, host_verify.sh, large_bar.sh): each step's bundle is this
 # file followed by the step's script (render/agent_bundle.py). The step sets STEP (its name in failure lines).
 set -euo pipefail
+set -E # the ERR trap below also fires in functions
+
+# fail <what> <expected> <saw>: the step's one failure line, "<step>: <what>: expected <x>, saw <y>", and exit 1.
+fail() {
+  echo "${STEP:-host}: $1: expected $2, saw $3" >&2
+  exit 1
+}
+
+# A command failing where no check expects it still names itself (its own output is above). Inside a command
+# substitution the trap only exits: the assignment around it fails next and is named by the outer shell.
+on_error() {
+  ((BASH_SUBSHELL)) || echo "${STEP:-host}: ${BASH_COMMAND} failed: expected exit 0, saw exit $1" >&2
+  exit "$1"
+}
+trap 'on_error $?' ERR
 
 HOST_LOCK="${PGC_ROOT:-}/run/lock/proxmox-gpu-cluster.lock"
 
@@ -15,9 +30,7 @@ host_lock() {
   exec 9<>"$HOST_LOCK"
   if ! flock -w "$wait" 9; then
     holder="$(head -n 1 "$HOST_LOCK" 2>/dev/null || true)"
-    echo "${STEP:-host}: lock: expected ${HOST_LOCK#"${PGC_ROOT:-}"} free within ${wait}s, saw it held by" \
-      "${holder:-an unknown process}" >&2
-    exit 1
+    fail lock "${HOST_LOCK#"${PGC_ROOT:-}"} free within ${wait}s" "it held by ${holder:-an unknown process}"
   fi
   printf '%s (pid %s) since %s\n' "$1" "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$HOST_LOCK"
 }

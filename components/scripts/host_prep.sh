@@ -19,28 +19,14 @@
 # "reboot: required" or "reboot: not-needed". Failures: one line "host-prep: <what>: expected <x>, saw <y>" (a
 # tool's own output below it), exit 1.
 set -euo pipefail
-set -E # the ERR trap below also fires in functions
 
 ROOT="${PGC_ROOT:-}"
 STATE="$ROOT/var/lib/proxmox-gpu-cluster"
 MARKER="$ROOT/run/proxmox-gpu-cluster/reboot-required"
 SCHEDULED="$STATE/reboot-scheduled"
-# shellcheck disable=SC2034 # read by host_lib.sh (failure lines)
+# shellcheck disable=SC2034 # read by host_lib.sh (failure lines, the ERR trap)
 STEP="host-prep"
 cpu_vendor="" boot_loader="auto" acs_override=0 reboot_policy="when-idle" gpus=() changed=()
-
-# die <what> <expected> <saw>
-die() {
-  echo "host-prep: $1: expected $2, saw $3" >&2
-  exit 1
-}
-# A command failing where no check expects it still names itself (its own output is above). Inside a command
-# substitution the trap only exits: the assignment around it fails next and is named by the outer shell.
-on_error() {
-  ((BASH_SUBSHELL)) || echo "host-prep: ${BASH_COMMAND} failed: expected exit 0, saw exit $1" >&2
-  exit "$1"
-}
-trap 'on_error $?' ERR
 
 while (($#)); do
   case "$1" in
@@ -49,20 +35,20 @@ while (($#)); do
   --acs-override) acs_override="$2" ;;
   --reboot-policy) reboot_policy="$2" ;;
   --gpu) gpus+=("$2") ;;
-  *) die arguments "a known argument" "$1" ;;
+  *) fail arguments "a known argument" "$1" ;;
   esac
   shift 2
 done
 
 case "$cpu_vendor" in
 intel | amd) ;;
-*) die arguments "--cpu-vendor intel or amd" "'$cpu_vendor'" ;;
+*) fail arguments "--cpu-vendor intel or amd" "'$cpu_vendor'" ;;
 esac
 case "$reboot_policy" in
 when-idle | always | never) ;;
-*) die arguments "--reboot-policy when-idle, always or never" "'$reboot_policy'" ;;
+*) fail arguments "--reboot-policy when-idle, always or never" "'$reboot_policy'" ;;
 esac
-[[ ${#gpus[@]} -gt 0 ]] || die arguments "at least one --gpu" "none"
+[[ ${#gpus[@]} -gt 0 ]] || fail arguments "at least one --gpu" "none"
 
 wanted_args=("${cpu_vendor}_iommu=on" "iommu=pt")
 [[ "$acs_override" != 1 ]] || wanted_args+=("pcie_acs_override=downstream,multifunction")
@@ -72,13 +58,13 @@ wanted_args=("${cpu_vendor}_iommu=on" "iommu=pt")
 # read-only file system fail the step naming the file.
 put_file() {
   local file="$1" content="$2" dir="${1%/*}" tmp err
-  [[ -d "$dir" ]] || err="$(mkdir -p "$dir" 2>&1)" || die write "directory ${dir#"$ROOT"}" "${err:-mkdir failing}"
-  tmp="$(mktemp "$file.pgc-XXXXXX" 2>&1)" || die write "a temporary file next to ${file#"$ROOT"}" "$tmp"
+  [[ -d "$dir" ]] || err="$(mkdir -p "$dir" 2>&1)" || fail write "directory ${dir#"$ROOT"}" "${err:-mkdir failing}"
+  tmp="$(mktemp "$file.pgc-XXXXXX" 2>&1)" || fail write "a temporary file next to ${file#"$ROOT"}" "$tmp"
   if ! err="$({
     printf '%s\n' "$content" >"$tmp" && chmod 0644 "$tmp" && sync "$tmp" && mv -f "$tmp" "$file" && sync "$dir"
   } 2>&1)"; then
     rm -f "$tmp"
-    die write "${file#"$ROOT"} written" "${err:-an error}"
+    fail write "${file#"$ROOT"} written" "${err:-an error}"
   fi
 }
 
@@ -87,7 +73,7 @@ mark() {
   local err
   [[ ! -e "$STATE/$1-pending" ]] || return 0
   err="$({ mkdir -p "$STATE" && : >"$STATE/$1-pending" && sync "$STATE/$1-pending" "$STATE"; } 2>&1)" ||
-    die write "${STATE#"$ROOT"}/$1-pending written" "${err:-an error}"
+    fail write "${STATE#"$ROOT"}/$1-pending written" "${err:-an error}"
 }
 
 # differs <file> <content>: whether the file is missing or holds something else.
@@ -219,7 +205,7 @@ main() {
   case "$boot_loader" in
   grub)
     boot_file="$ROOT/etc/default/grub"
-    [[ -f "$boot_file" ]] || die kernel-args "${boot_file#"$ROOT"}" "no such file"
+    [[ -f "$boot_file" ]] || fail kernel-args "${boot_file#"$ROOT"}" "no such file"
     current="$(sed -n 's/^GRUB_CMDLINE_LINUX_DEFAULT="\(.*\)"$/\1/p' "$boot_file" | tail -n 1)"
     merged="$(merge_args "$current")"
     if grep -q '^GRUB_CMDLINE_LINUX_DEFAULT=' "$boot_file"; then
@@ -232,11 +218,11 @@ main() {
     ;;
   systemd-boot)
     boot_file="$ROOT/etc/kernel/cmdline"
-    [[ -f "$boot_file" ]] || die kernel-args "${boot_file#"$ROOT"}" "no such file"
+    [[ -f "$boot_file" ]] || fail kernel-args "${boot_file#"$ROOT"}" "no such file"
     boot_content="$(merge_args "$(head -n 1 "$boot_file")")"
     refresh_boot=(proxmox-boot-tool refresh)
     ;;
-  *) die arguments "--boot-loader grub, systemd-boot or auto" "'$boot_loader'" ;;
+  *) fail arguments "--boot-loader grub, systemd-boot or auto" "'$boot_loader'" ;;
   esac
 
   # vendor:device of every function of every declared GPU (the GPU and e.g. its audio or USB-C functions).
@@ -249,12 +235,12 @@ main() {
       id="$(sed 's/^0x//' "$fn/vendor"):$(sed 's/^0x//' "$fn/device")"
       if [[ "${fn##*/}" == "$slot.0" ]]; then
         found=1
-        [[ "$id" == "$expected" ]] || die vfio-ids "$expected at $slot.0 (the spec's model)" "$id"
+        [[ "$id" == "$expected" ]] || fail vfio-ids "$expected at $slot.0 (the spec's model)" "$id"
       fi
       ids+=("$id")
       functions+=("${fn##*/}")
     done
-    ((found)) || die vfio-ids "a PCI device at $slot.0" "none"
+    ((found)) || fail vfio-ids "a PCI device at $slot.0" "none"
   done
   id_list="$(printf '%s\n' "${ids[@]}" | sort -u | paste -sd, -)"
 
@@ -308,7 +294,7 @@ softdep snd_hda_intel pre: vfio-pci"
       regenerate boot-loader update-grub
       generated="$(grub_generated)"
       # A file in /etc/default/grub.d may set the variable again: then no reboot could ever help.
-      has_args "$generated" || die boot-config "${missing[*]} in the first linux line of /boot/grub/grub.cfg after \
+      has_args "$generated" || fail boot-config "${missing[*]} in the first linux line of /boot/grub/grub.cfg after \
 update-grub" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_LINUX_DEFAULT?)"
       rm -f "$STATE/boot-loader-pending"
     fi
@@ -324,7 +310,7 @@ update-grub" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_
   boot_id="$(cat "$ROOT/proc/sys/kernel/random/boot_id" 2>/dev/null || true)"
   if has_args "$running"; then
     # The IOMMU is on: newly declared GPUs go to vfio-pci now instead of at the next boot.
-    [[ -d "$ROOT/sys/module/vfio_pci" ]] || modprobe vfio-pci || die vfio "modprobe vfio-pci to exit 0" "a failure"
+    [[ -d "$ROOT/sys/module/vfio_pci" ]] || modprobe vfio-pci || fail vfio "modprobe vfio-pci to exit 0" "a failure"
     for fn in "${functions[@]}"; do
       bind_vfio "$fn" || unbound+=("$fn")
     done
@@ -349,12 +335,12 @@ update-grub" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_
   if [[ -n "$scheduled_boot" && "$scheduled_boot" != "$boot_id" && "$scheduled_reason" == "$reason" &&
     "$scheduled_config" == "$generated" ]]; then
     if ((${#missing[@]})); then
-      die reboot "${missing[*]} in /proc/cmdline after the reboot host prep scheduled (boot $scheduled_boot)" \
+      fail reboot "${missing[*]} in /proc/cmdline after the reboot host prep scheduled (boot $scheduled_boot)" \
         "'$running'; not rebooting again: the node booted something other than what ${refresh_boot[*]} generated \
 (is --boot-loader $boot_loader the one it boots with?); fix that and reboot it yourself, or delete \
 ${SCHEDULED#"$ROOT"} to let host prep reboot it again"
     fi
-    die reboot "${unbound[*]} bound to vfio-pci after the reboot host prep scheduled (boot $scheduled_boot)" \
+    fail reboot "${unbound[*]} bound to vfio-pci after the reboot host prep scheduled (boot $scheduled_boot)" \
       "them unbound; not rebooting again: check what claims them, reboot it yourself or delete ${SCHEDULED#"$ROOT"}"
   fi
 
@@ -365,11 +351,11 @@ ${SCHEDULED#"$ROOT"} to let host prep reboot it again"
   fi
   if ! guests="$(running_guests)"; then
     [[ "$reboot_policy" == always ]] ||
-      die reboot "the node's guests listed before rebooting it ($reason)" "qm list failing; not rebooting"
+      fail reboot "the node's guests listed before rebooting it ($reason)" "qm list failing; not rebooting"
     guests="unknown (qm list failed)"
   fi
   if [[ "$reboot_policy" == when-idle && -n "$guests" ]]; then
-    die reboot "no running guests before rebooting the node ($reason)" "$guests; stop them, or set rebootPolicy: \
+    fail reboot "no running guests before rebooting the node ($reason)" "$guests; stop them, or set rebootPolicy: \
 always (or never, and reboot it yourself). The configuration is written; the next run continues from here"
   fi
   # Recorded before it is scheduled: a run cut off in between finds the same boot id and schedules it again.

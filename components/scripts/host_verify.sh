@@ -9,25 +9,13 @@
 # prints "host-verify: <what>: expected <x>, saw <y>" to stderr and exits 1. It changes nothing, so it converges
 # trivially; it waits for the node's step lock so it never reads a state host prep is in the middle of changing.
 set -euo pipefail
-set -E # the ERR trap below also fires in functions
 
 ROOT="${PGC_ROOT:-}"
-# shellcheck disable=SC2034 # read by host_lib.sh (failure lines)
+# shellcheck disable=SC2034 # read by host_lib.sh (failure lines, the ERR trap)
 STEP="host-verify"
 kernel_args=()
 gpus=()
 nested=0
-
-fail() {
-  echo "host-verify: $1: expected $2, saw $3" >&2
-  exit 1
-}
-# A command failing where no check expects it still names itself (its own output is above).
-on_error() {
-  ((BASH_SUBSHELL)) || echo "host-verify: ${BASH_COMMAND} failed: expected exit 0, saw exit $1" >&2
-  exit "$1"
-}
-trap 'on_error $?' ERR
 
 while (($#)); do
   case "$1" in

@@ -14,22 +14,10 @@
 #
 # Usage: large_bar.sh <vmid> <mmio-mb> [--address]
 set -euo pipefail
-set -E # the ERR trap below also fires in functions
 
 ROOT="${PGC_ROOT:-}"
-# shellcheck disable=SC2034 # read by host_lib.sh (failure lines)
+# shellcheck disable=SC2034 # read by host_lib.sh (failure lines, the ERR trap)
 STEP="large-bar"
-
-fail() {
-  echo "large-bar: $1: expected $2, saw $3" >&2
-  exit 1
-}
-# A command failing where no check expects it still names itself (its own output is above).
-on_error() {
-  ((BASH_SUBSHELL)) || echo "large-bar: ${BASH_COMMAND} failed: expected exit 0, saw exit $1" >&2
-  exit "$1"
-}
-trap 'on_error $?' ERR
 
 vmid="${1:-}"
 mmio_mb="${2:-}"
