@@ -23,7 +23,6 @@ def install_agent(
     connection: command.remote.ConnectionArgs,
     provider: command.Provider,
     parent: pulumi.Resource,
-    depends_on: Sequence[pulumi.Resource] = (),
     replace_with: Sequence[pulumi.Resource] = (),
 ) -> command.remote.CopyToRemote:
     """Copy the agent of ``kind`` (``guest`` or ``host``) to ``~/.proxmox-gpu-cluster/agent`` on the machine."""
@@ -32,7 +31,24 @@ def install_agent(
         command.remote.CopyToRemoteArgs(
             connection=connection, source=pulumi.FileArchive(materialize(kind)), remote_path=REMOTE_DIR
         ),
-        opts=pulumi.ResourceOptions(
-            parent=parent, provider=provider, depends_on=list(depends_on), replace_with=list(replace_with)
-        ),
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider, replace_with=list(replace_with)),
     )
+
+
+def agent_unless_installed(
+    installed: bool,
+    name: str,
+    kind: str,
+    *,
+    connection: command.remote.ConnectionArgs,
+    provider: command.Provider,
+    parent: pulumi.Resource,
+    replace_with: Sequence[pulumi.Resource] = (),
+) -> list[pulumi.Resource]:
+    """What a component's step on a machine waits for besides its caller's dependencies: nothing when another
+    component ``installed`` the agent there (the caller names that copy), else this component's own copy."""
+    if installed:
+        return []
+    return [
+        install_agent(name, kind, connection=connection, provider=provider, parent=parent, replace_with=replace_with)
+    ]

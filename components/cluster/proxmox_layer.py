@@ -83,7 +83,6 @@ def build_proxmox(
             continue
         # The node agent for the workers' steps on this node (their retirement, large-BAR windows in token mode): host
         # prep's copy, or one of its own. A node without workers runs no step and is never reached over SSH.
-        vm_args = {w.name: adapters.worker_vm(spec, w) for w in workers}
         agent = prep.agent if prep is not None else None
         if agent is None:
             connection = ssh_connection(node.ssh_address, spec.proxmox.ssh_user, ssh_private_key)
@@ -105,7 +104,7 @@ def build_proxmox(
             own = [mappings.by_gpu[claim.ref] for claim in worker.gpus]
             vms[worker.name] = GpuWorkerVm(
                 f"{prefix}-{worker.name}",
-                vm_args[worker.name],
+                adapters.worker_vm(spec, worker),
                 provider=proxmox,
                 mappings={claim.ref: mappings.by_gpu[claim.ref].name for claim in worker.gpus},
                 vendor_data_file_id=files.vendor_data_file_id,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_command as command
 
-from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.node_agent import agent_unless_installed
 from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.render.guest_scripts import capacity_args
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
@@ -51,14 +51,10 @@ class NodeCapacityGate(pulumi.ComponentResource):
         args = capacity_args(node_name, resources, timeout=timeout_seconds, device_plugin_config=device_plugin_config)
         limit = f"{timeout_seconds + 300}s"
         connection = ssh_connection(host, user, ssh_private_key, port)
-        after = list(depends_on)
-        if not agent_installed:
-            after.append(
-                install_agent(
-                    f"{name}-agent", "guest", connection=connection, provider=provider, parent=self,
-                    replace_with=replace_with,
-                )
-            )  # fmt: skip
+        after = [*depends_on, *agent_unless_installed(
+            agent_installed, f"{name}-agent", "guest", connection=connection, provider=provider, parent=self,
+            replace_with=replace_with,
+        )]  # fmt: skip
         check = command.remote.Command(
             f"{name}-check",
             command.remote.CommandArgs(

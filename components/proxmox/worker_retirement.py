@@ -8,7 +8,7 @@ import pulumi
 import pulumi_command as command
 
 from proxmox_gpu_cluster.core.spec import DrainSpec
-from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.node_agent import agent_unless_installed
 from proxmox_gpu_cluster.render.agent_bundle import installed_step, secrets_stdin, step_command
 from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, drain_args
 from proxmox_gpu_cluster.render.host_scripts import retire_args
@@ -72,11 +72,9 @@ class WorkerRetirement(pulumi.ComponentResource):
             return step_command(ssh_user, "retire", args)
 
         connection = ssh_connection(host, ssh_user, ssh_private_key)
-        after = list(depends_on)
-        if not host_agent_installed:
-            after.append(
-                install_agent(f"{name}-host-agent", "host", connection=connection, provider=provider, parent=self)
-            )
+        after = [*depends_on, *agent_unless_installed(
+            host_agent_installed, f"{name}-host-agent", "host", connection=connection, provider=provider, parent=self
+        )]  # fmt: skip
         step = command.remote.Command(
             f"{name}-drain",
             command.remote.CommandArgs(

@@ -14,7 +14,7 @@ from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.spec_base import GpuModelKey, HostName, SpecModel
 from proxmox_gpu_cluster.core.worker_spec import Worker
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.node_agent import agent_unless_installed
 from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
@@ -235,13 +235,10 @@ class GpuWorkerVm(pulumi.ComponentResource):
                 raise InvalidComponentArgs(name, [problem])
             user = args.node_ssh_user
             connection = ssh_connection(args.node_ssh_address, user, ssh_private_key)
-            after: list[pulumi.Resource] = [vm]
-            if not host_agent_installed:
-                after.append(
-                    install_agent(
-                        f"{name}-host-agent", "host", connection=connection, provider=host_command, parent=self
-                    )
-                )
+            after = [vm, *agent_unless_installed(
+                host_agent_installed, f"{name}-host-agent", "host", connection=connection, provider=host_command,
+                parent=self,
+            )]  # fmt: skip
             window = command.remote.Command(
                 f"{name}-large-bar",
                 command.remote.CommandArgs(
