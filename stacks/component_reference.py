@@ -25,15 +25,14 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pulumi
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 import proxmox_gpu_cluster
-from proxmox_gpu_cluster.core.nodes import ExistingGpuNode
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.stacks.reference import cell, spec_models
 
 PACKAGE = "proxmox_gpu_cluster"
 LAYERS = ("proxmox", "guest", "gpu", "cluster")
@@ -248,30 +247,11 @@ def model_rows(cls: type) -> list[tuple[str, str, str, str, list[type]]]:
     return rows
 
 
-def _spec_models() -> set[type]:
-    """The models docs/spec.md documents (its stack-file keys are their camelCase aliases)."""
-    seen: set[type] = set()
-    todo: list[Any] = [ClusterSpec, ExistingGpuNode]
-    while todo:
-        item = todo.pop()
-        if isinstance(item, type) and issubclass(item, BaseModel):
-            if item not in seen:
-                seen.add(item)
-                todo += [f.annotation for f in item.model_fields.values()]
-        else:
-            todo += list(get_args(item))
-    return seen
-
-
 # --- Markdown -------------------------------------------------------------------------------------------------
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _code(text: str) -> str:
-    return f"`{_cell(text)}`" if text else ""
+    return f"`{cell(text)}`" if text else ""
 
 
 def _links(models: list[type]) -> str:
@@ -301,7 +281,7 @@ def render_components() -> str:
     anchors = [c.cls.__name__.lower() for c in components] + [m.__name__.lower() for m in models]
     if len(set(anchors)) != len(anchors):
         raise ValueError(f"two headings share an anchor: {sorted(a for a in anchors if anchors.count(a) > 1)}")
-    in_spec = _spec_models()
+    in_spec = set(spec_models())
     lines = [
         "# Component reference",
         "",
@@ -326,10 +306,10 @@ def render_components() -> str:
         for p in c.params:
             links = _links(_resolve(p.names, c.cls.__module__))
             default = "required" if p.default is None else _code(p.default)
-            lines.append(f"| `{p.name}` | {_code(p.annotation)}{links} | {default} | {_cell(p.description)} |")
+            lines.append(f"| `{p.name}` | {_code(p.annotation)}{links} | {default} | {cell(p.description)} |")
         if c.outputs:
             lines += ["", "| output | type | description |", "|---|---|---|"]
-            lines += [f"| `{o.name}` | {_code(o.annotation)} | {_cell(o.description)} |" for o in c.outputs]
+            lines += [f"| `{o.name}` | {_code(o.annotation)} | {cell(o.description)} |" for o in c.outputs]
     lines += ["", "## Argument types", "", "The package's own types that the arguments above name, with their"
               " fields as Python sees them (spec models take field names in Python; stack files use the camelCase"
               " keys of [the spec reference](spec.md))."]  # fmt: skip
@@ -343,7 +323,7 @@ def render_components() -> str:
             lines += ["", summary[0]]
         lines += ["", "| field | type | default | description |", "|---|---|---|---|"]
         for name, annotation, default, description, named in model_rows(model):
-            lines.append(f"| `{name}` | {_code(annotation)}{_links(named)} | {_cell(default)} | {_cell(description)} |")
+            lines.append(f"| `{name}` | {_code(annotation)}{_links(named)} | {cell(default)} | {cell(description)} |")
     return "\n".join(lines) + "\n"
 
 

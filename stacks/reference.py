@@ -59,8 +59,23 @@ def _default(field: FieldInfo) -> str:
     return f"`{value}`"
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
+    """``text`` as one Markdown table cell."""
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def spec_models() -> list[type[BaseModel]]:
+    """Every model reachable from ``ClusterSpec`` (and ``ExistingGpuNode``) through its fields, in first-seen order:
+    the models this reference documents."""
+    seen: list[type[BaseModel]] = []
+    todo: list[type[BaseModel]] = [ClusterSpec, ExistingGpuNode]
+    while todo:
+        model = todo.pop(0)
+        if model in seen:
+            continue
+        seen.append(model)
+        todo += [m for field in model.model_fields.values() for m in _models(field.annotation) if m not in seen]
+    return seen
 
 
 def render_reference() -> str:
@@ -71,23 +86,16 @@ def render_reference() -> str:
         "Generated from the models' field descriptions by `python -m proxmox_gpu_cluster.stacks.reference`; do",
         "not edit by hand. Keys are camelCase in stack files (`proxmox-gpu-cluster:cluster`).",
     ]
-    seen: list[type[BaseModel]] = []
-    todo: list[type[BaseModel]] = [ClusterSpec, ExistingGpuNode]
-    while todo:
-        model = todo.pop(0)
-        if model in seen:
-            continue
-        seen.append(model)
+    for model in spec_models():
         doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
         lines += ["", f"## {model.__name__}", "", doc, "", "| key | type | default | description |"]
         lines.append("|---|---|---|---|")
         for name, field in model.model_fields.items():
             key = field.alias or name
             lines.append(
-                f"| `{key}` | {_type_name(field.annotation)} | {_cell(_default(field))} "
-                f"| {_cell(field.description or '')} |"
+                f"| `{key}` | {_type_name(field.annotation)} | {cell(_default(field))} "
+                f"| {cell(field.description or '')} |"
             )
-            todo += [m for m in _models(field.annotation) if m not in seen]
     return "\n".join(lines) + "\n"
 
 
