@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -80,12 +81,17 @@ def _join(prefix: str, path: str) -> str:
 _INTERNAL_LOC = {"str", "dict[str,int]", "int", "function-after[known_model(), str]", "named", "geometry"}
 
 
+def error_loc(error: Mapping[str, Any]) -> list[str | int]:
+    """The path of one of pydantic's errors without its names for union members and tagged values."""
+    return [p for p in error["loc"] if not (isinstance(p, str) and p in _INTERNAL_LOC)]
+
+
 def problems_from_validation_error(err: ValidationError) -> list[Problem]:
     """Turn a pydantic ValidationError into problems, unpacking carried cross-field problems."""
     problems: list[Problem] = []
     errors = err.errors(include_url=False)
     for e in errors:
-        loc = [p for p in e["loc"] if not (isinstance(p, str) and p in _INTERNAL_LOC)]
+        loc = error_loc(e)
         if e["type"] == "too_short" and any(o["loc"][: len(e["loc"])] == e["loc"] and o is not e for o in errors):
             continue  # items that failed themselves make the list look short; their own errors say more
         prefix = format_loc(loc)

@@ -13,7 +13,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from proxmox_gpu_cluster.core.errors import Problem, format_loc, problems_from_validation_error
+from proxmox_gpu_cluster.core.errors import Problem, error_loc, format_loc, problems_from_validation_error
 
 MAX_DEPTH = 64
 """Nesting levels of mappings and lists in one input. The deepest spec path needs about ten (config, the spec,
@@ -80,8 +80,6 @@ _NULL_EXPECTS = {
     "float_type": "a number",
     "bool_type": "true or false",
 }
-# Pydantic's names for union members and tagged values, which errors.py also drops from paths.
-_INTERNAL_LOC = {"str", "dict[str,int]", "int", "function-after[known_model(), str]", "named", "geometry"}
 
 
 def spec_problems(err: ValidationError, model: type[BaseModel] | None = None) -> list[Problem]:
@@ -91,7 +89,7 @@ def spec_problems(err: ValidationError, model: type[BaseModel] | None = None) ->
     nulls: dict[str, tuple[set[str], bool | None]] = {}
     for e in err.errors(include_url=False):
         if e.get("input", ...) is None and e["type"] in _NULL_EXPECTS:
-            loc = [p for p in e["loc"] if not (isinstance(p, str) and p in _INTERNAL_LOC)]
+            loc = error_loc(e)
             expects, _ = nulls.setdefault(format_loc(loc), (set(), _required(model, loc)))
             expects.add(_NULL_EXPECTS[e["type"]])
     out: list[Problem] = []
