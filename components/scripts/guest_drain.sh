@@ -49,12 +49,8 @@ main() {
     ((reset)) && kubeadm reset --force >/dev/null 2>&1 && echo "retire: kubeadm reset"
     return 0
   fi
-  # One step at a time on a machine (the per-machine lock of guest_lib.sh, where this version has it).
-  if declare -F guest_begin >/dev/null; then
-    guest_begin
-  fi
+  guest_begin # one step at a time on this machine; a killed run's kubeconfig directory goes
   mkdir -p "$ROOT/run"
-  stale_secrets "$ROOT/run/pgc-drain" # guest_lib.sh: a killed run's kubeconfig directory
   WORK_DIR="$(umask 077 && mktemp -d "$ROOT/run/pgc-drain.$$.XXXXXX")"
   trap 'rm -rf "$WORK_DIR"' EXIT
   (umask 077 && printf '%s\n' "${PGC_KUBECONFIG:-}" >"$WORK_DIR/kubeconfig")

@@ -79,6 +79,7 @@ guest_begin() {
   printf '%s (pid %s)\n' "$STEP" "$$" >"$ROOT$LOCK"
   stale_secrets "$ROOT/run/pgc-join"
   stale_secrets "$ROOT/run/pgc-kubeconfig"
+  stale_secrets "$ROOT/run/pgc-drain"
 }
 
 # stale_secrets <path prefix>: remove <prefix>.* files whose run (the pid after the prefix) is gone, and those of

@@ -36,10 +36,7 @@ rollout_check_args
 ((ROLLOUT)) || fail "--rollout" "1 (a MIG change rolls through a slot)" "0"
 
 main() {
-  # One step at a time on a machine (the per-machine lock of guest_lib.sh, where this version has it).
-  if declare -F guest_begin >/dev/null; then
-    guest_begin
-  fi
+  guest_begin # one step at a time on this machine
   if ! rollout_joined; then
     echo "mig: $ROLLOUT_NODE has not joined; nothing to roll"
     return 0

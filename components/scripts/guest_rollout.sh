@@ -68,7 +68,6 @@ rollout_credentials() {
   command -v kubectl >/dev/null || fail "rollout" "kubectl on the node (installed by the runtime step)" "none"
   [[ -f "$PGC_AGENT_DIR/cluster.py" ]] || fail "rollout" "the node agent's cluster.py in $PGC_AGENT_DIR" "none"
   mkdir -p "$ROOT/run"
-  stale_secrets "$ROOT/run/pgc-kubeconfig" # guest_lib.sh
   ROLLOUT_KUBECONFIG="$(umask 077 && mktemp "$ROOT/run/pgc-kubeconfig.$$.XXXXXX")"
   trap rollout_cleanup EXIT
   printf '%s\n' "$PGC_KUBECONFIG" >"$ROLLOUT_KUBECONFIG"

@@ -30,9 +30,7 @@ while (($#)); do
 done
 rollout_check_args
 main() {{
-  if declare -F guest_begin >/dev/null; then
-    guest_begin
-  fi
+  guest_begin
   if rollout_joined; then
 {work}
   fi
