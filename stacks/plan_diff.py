@@ -17,10 +17,11 @@ is secret, so its script change would otherwise show only as a changed ``create`
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from proxmox_gpu_cluster.render.agent_bundle import STEP_PATH
 
 FORCE_NEW: Mapping[str, tuple[str, ...]] = {
     # bpg/terraform-provider-proxmox: node_name and vm_id are ForceNew on proxmox_virtual_environment_vm.
@@ -49,13 +50,10 @@ class Change:
     """For a node-agent step whose bundle changed: ``<step> <old fingerprint>→<new fingerprint>``."""
 
 
-_BUNDLE = re.compile(r"\.proxmox-gpu-cluster/agent/([a-z0-9-]+)-([0-9a-f]{12})/step\.sh")
-
-
 def _bundle(resource: Mapping[str, Any]) -> tuple[str, str] | None:
     """The node-agent step and fingerprint a resource's command runs, if it runs one."""
     create = resource.get("inputs", {}).get("create")
-    match = _BUNDLE.search(create) if isinstance(create, str) else None
+    match = STEP_PATH.search(create) if isinstance(create, str) else None
     return (match[1], match[2]) if match else None
 
 

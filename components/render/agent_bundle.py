@@ -22,6 +22,7 @@ import base64
 import functools
 import hashlib
 import os
+import re
 import shlex
 import tempfile
 from collections.abc import Mapping
@@ -111,8 +112,16 @@ def step_command(user: str, step: str, args: list[str]) -> str:
     """The remote command of ``step``: its installed bundle with ``args`` (each quoted), through passwordless
     sudo unless the SSH user is root (sudo keeps the login directory, which the path is relative to)."""
     sudo = "" if user == "root" else "sudo -n "
-    path = f"{REMOTE_DIR}/{AGENT}/{bundle_name(step)}/step.sh"
-    return f"{sudo}bash {shlex.join([path, *args])}"
+    return f"{sudo}bash {shlex.join([_step_path(step), *args])}"
+
+
+def _step_path(step: str) -> str:
+    """``step``'s installed script, relative to the SSH user's home directory."""
+    return f"{REMOTE_DIR}/{AGENT}/{bundle_name(step)}/step.sh"
+
+
+STEP_PATH = re.compile(rf"{re.escape(REMOTE_DIR)}/{AGENT}/([a-z0-9-]+)-([0-9a-f]{{12}})/step\.sh")
+"""An installed step's script in a command: the step and its fingerprint."""
 
 
 def installed_step(user: str, step: str) -> str:
@@ -120,7 +129,7 @@ def installed_step(user: str, step: str) -> str:
     another machine starts: the Proxmox node runs the guest's ``drain`` through the QEMU guest agent, as root and
     outside the user's login directory). Home directories as cloud-init creates them: ``/root``, ``/home/<user>``."""
     home = "/root" if user == "root" else f"/home/{user}"
-    return f"{home}/{REMOTE_DIR}/{AGENT}/{bundle_name(step)}/step.sh"
+    return f"{home}/{_step_path(step)}"
 
 
 def secrets_stdin(values: Mapping[str, str]) -> str:
