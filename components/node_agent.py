@@ -16,6 +16,17 @@ import pulumi_command as command
 from proxmox_gpu_cluster.render.agent_bundle import REMOTE_DIR, materialize
 
 
+def caller_dependencies(opts: pulumi.ResourceOptions | None) -> list[pulumi.Resource]:
+    """The resources a component's caller made it depend on (``opts.depends_on``), for its first children: Pulumi
+    does not pass a component's dependencies on to its children."""
+    depends_on = opts.depends_on if opts is not None else None
+    if depends_on is None:
+        return []
+    if isinstance(depends_on, pulumi.Resource):
+        return [depends_on]
+    return [d for d in depends_on if isinstance(d, pulumi.Resource)]  # type: ignore[union-attr]
+
+
 def install_agent(
     name: str,
     kind: str,
@@ -24,6 +35,7 @@ def install_agent(
     provider: command.Provider,
     parent: pulumi.Resource,
     replace_with: Sequence[pulumi.Resource] = (),
+    depends_on: Sequence[pulumi.Resource] = (),
 ) -> command.remote.CopyToRemote:
     """Copy the agent of ``kind`` (``guest`` or ``host``) to ``~/.proxmox-gpu-cluster/agent`` on the machine."""
     return command.remote.CopyToRemote(
@@ -31,7 +43,9 @@ def install_agent(
         command.remote.CopyToRemoteArgs(
             connection=connection, source=pulumi.FileArchive(materialize(kind)), remote_path=REMOTE_DIR
         ),
-        opts=pulumi.ResourceOptions(parent=parent, provider=provider, replace_with=list(replace_with)),
+        opts=pulumi.ResourceOptions(
+            parent=parent, provider=provider, replace_with=list(replace_with), depends_on=list(depends_on)
+        ),
     )
 
 

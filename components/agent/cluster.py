@@ -1,18 +1,19 @@
-"""The node steps' side of the Kubernetes API: rollout slots, cordon and drain, MIG begin/end, the retirement
-drain. Runs on the machine (python3 3.10+, stdlib only, copied there alone); talks to the API server only through
-kubectl (argv lists), with the admin kubeconfig only as the path of the mode-600 file the step's shell wrote.
+"""The node steps' rolling changes: rollout slots, cordon and drain, MIG begin/end, and the retirement's entry point.
+Runs on the machine (python3 3.10+, stdlib only) with kubeapi.py beside it, as the node itself (kubelet's
+kubeconfig: no admin credential reaches the machine; see kubeapi.py for what a node may do).
 
-    cluster.py rollout joined|begin|resume|end|cleanup --node N --api HOST:PORT --kubeconfig FILE [--why TEXT ...]
+    cluster.py rollout joined|begin|resume|end|cleanup --node N --api HOST:PORT --kubeconfig FILE --namespace NS ...
     cluster.py mig --phase begin|end --mig-config NAME --timeout S --operator-namespace NS <rollout flags>
     cluster.py retire --node-name N --api-endpoint HOST:PORT --kubeconfig FILE --timeout S [...]
 
 A failure prints ``<step>: <what>: expected <x>, saw <y>`` (the tool's output below) and exits 1; ``rollout joined``
-exits 3 for a node not in the cluster. Slots are Leases kube-system/proxmox-gpu-cluster-rollout-<i> (i <
-maxUnavailable, holderIdentity = node name), taken by an atomic create or a replace at the resourceVersion read:
-a free one, this node's, or an expired one whose holder is not cordoned for it. The node's annotation
-proxmox-gpu-cluster.io/rollout=<slot>, set at the Node's resourceVersion, marks it as cordoned by a rollout and
-settles two runs for one node on one slot. Only the holder releases a slot (a replace to no holder): idempotent. A
-node a failed change left cordoned keeps its slot until a later run passes or an operator frees it.
+exits 3 for a node not in the cluster. Slots are ConfigMaps <namespace>/proxmox-gpu-cluster-rollout-<i> (i <
+maxUnavailable; data: holder, acquireTime, renewTime, leaseDurationSeconds: a node may write no Lease outside
+kube-node-lease), taken by an atomic create or a replace at the resourceVersion read: a free one, this node's, or an
+expired one whose holder is not cordoned for it. The node's annotation proxmox-gpu-cluster.io/rollout=<slot>, set at
+the Node's resourceVersion, marks it as cordoned by a rollout and settles two runs for one node on one slot. Only the
+holder releases a slot (a replace to no holder): idempotent. A node a failed change left cordoned keeps its slot
+until a later run passes or an operator frees it.
 """
 
 from __future__ import annotations
@@ -20,139 +21,45 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+if __package__:  # imported as part of the package (type checks)
+    from .kubeapi import Failure, Kube, cordoned, drain, metadata, pause, retire, say
+else:  # run from its bundle directory, where kubeapi.py sits beside it (sys.path[0])
+    from kubeapi import Failure, Kube, cordoned, drain, metadata, pause, retire, say  # type: ignore[no-redef,import-not-found]
+
 UTC = datetime.timezone.utc  # noqa: UP017 (datetime.UTC is 3.11+)
 
-NS = "kube-system"
+NAMESPACE = "proxmox-gpu-cluster"  # the slots' default namespace (kubernetes.drain.slotNamespace)
 ANNOTATION = "proxmox-gpu-cluster.io/rollout"
 MANAGED = {"app.kubernetes.io/managed-by": "proxmox-gpu-cluster"}
 SLOT_PREFIX = "proxmox-gpu-cluster-rollout-"
 NOT_JOINED = 3
 _TIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # MicroTime, as the API server writes it
-_NO_ANSWER = re.compile(r"refused|Unable to connect|i/o timeout|no such host|deadline exceeded|Client.Timeout|EOF")
-
-
-class Failure(Exception):
-    """One failure line, ``<step>: <what>: expected <x>, saw <y>``, and the tool's output shown below it."""
-
-    def __init__(self, step: str, what: str, expected: str, saw: str, output: str = "") -> None:
-        super().__init__(f"{step}: {what}: expected {expected}, saw {saw}")
-        self.output = output.strip()
-
-
-def free_command(node: str, slot: str) -> str:  # what frees the slot of a node a failed change left cordoned
-    return f"kubectl annotate node {node} {ANNOTATION}- && kubectl -n {NS} delete lease {slot}"
-
-
-def say(line: str, err: bool = False) -> None:
-    print(line, file=sys.stderr if err else sys.stdout, flush=True)
-
-
-def pause(seconds: int) -> None:
-    """Wait through the sleep command, like the shell steps (a stub on PATH shortens it in tests)."""
-    subprocess.run(["sleep", str(seconds)], check=False)
-
-
-class Kube:
-    """kubectl with a kubeconfig file, at ``server`` (https://HOST:PORT) when given, bounded per request."""
-
-    def __init__(self, step: str, kubeconfig: str, server: str | None = None, *, timeout: str = "30s",
-                 command: Sequence[str] = ("kubectl",), env: dict[str, str] | None = None) -> None:  # fmt: skip
-        self.step, self.kubeconfig, self.server, self.timeout = step, kubeconfig, server, timeout
-        self.command, self.env = list(command), env
-
-    def call(self, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
-        argv = [*self.command, "--kubeconfig", self.kubeconfig]
-        argv += ["--server", f"https://{self.server}"] if self.server else []
-        argv += [f"--request-timeout={self.timeout}", *args]
-        feed: dict[str, Any] = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=self.env, **feed)
-        except FileNotFoundError:
-            return 127, "", f"{self.command[0]}: command not found"
-        return proc.returncode, proc.stdout, proc.stderr
-
-    def __call__(self, *args: str) -> str:
-        code, out, err = self.call(*args)
-        if code:
-            raise self.failure(args, code, err or out)
-        return out
-
-    def json(self, *args: str) -> Any:
-        out = self(*args, "-o", "json")
-        return json.loads(out) if out.strip() else None
-
-    def failure(self, args: Sequence[str], code: int, output: str) -> Failure:
-        text = output.strip()
-        last = text.splitlines()[-1] if text else f"exit code {code}"
-        saw = "Unauthorized (the API server refused the credentials)" if "Unauthorized" in text else last
-        saw = f"no answer ({last})" if _NO_ANSWER.search(text) else saw
-        what = "kubectl " + " ".join(a for a in args[:3] if not a.startswith("-"))
-        where = f" at https://{self.server}" if self.server else ""
-        return Failure(self.step, what, f"an answer from the API server{where}", saw, text)
-
-
-def metadata(obj: dict[str, Any] | None, kind: str = "annotations") -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get(kind) or {})
-
-
-def cordoned(obj: dict[str, Any] | None) -> bool:
-    return bool(((obj or {}).get("spec") or {}).get("unschedulable"))
 
 
 @dataclass
 class Slot:
     name: str
-    holder: str = ""  # holderIdentity: a node name, or "" for a free slot (released, or no Lease at all)
+    holder: str = ""  # a node name, or "" for a free slot (released, or no ConfigMap at all)
     expired: bool = True
-    version: str | None = None  # the Lease's resourceVersion, None when there is no Lease object
+    version: str | None = None  # the ConfigMap's resourceVersion, None when there is none
     acquired: str | None = None
 
 
-def lease(slot: Slot, holder: str, seconds: int) -> dict[str, Any]:
+def slot_object(slot: Slot, holder: str, seconds: int, namespace: str) -> dict[str, Any]:
+    """The slot's ConfigMap: the fields of a Lease's spec, as strings."""
     now = datetime.datetime.now(UTC).strftime(_TIME)
-    meta: dict[str, Any] = {"name": slot.name, "namespace": NS, "labels": dict(MANAGED)}
+    meta: dict[str, Any] = {"name": slot.name, "namespace": namespace, "labels": dict(MANAGED)}
     if slot.version is not None:
         meta["resourceVersion"] = slot.version
-    spec: dict[str, Any] = {"leaseDurationSeconds": seconds, "renewTime": now}
+    data = {"leaseDurationSeconds": str(seconds), "renewTime": now}
     if holder:  # acquireTime: when this holder took it
-        spec.update(holderIdentity=holder, acquireTime=(slot.holder == holder and slot.acquired) or now)
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
-
-
-def drain(kube: Kube, node: str, timeout: int, *, emptydir: bool, force: bool, advice: str) -> None:
-    """kubectl drain (evictions: kubectl retries one a PodDisruptionBudget refuses, HTTP 429, until --timeout); on
-    failure, a Failure naming every pod still on the node and why it stayed."""
-    flags = ["--ignore-daemonsets", f"--timeout={timeout}s"]
-    flags += (["--delete-emptydir-data"] if emptydir else []) + (["--force"] if force else [])
-    code, out, err = kube.call("drain", node, *flags)
-    if code == 0:
-        return
-    output = (out + err).strip()
-    if "evict" not in output and "drain" not in output:
-        raise kube.failure(["drain", node], code, output)
-    blocked = {f"{ns}/{pod}" for pod, ns in re.findall(r'pods/"([^"]+)" -n "([^"]+)".*disruption budget', output)}
-    bare = set(next(iter(re.findall(r"use --force to override\): (.*)", output)), "").split(","))
-    pods = []
-    listing = kube.json("get", "pods", "--all-namespaces", "--field-selector", f"spec.nodeName={node}") or {}
-    for item in listing.get("items", []):
-        meta = item.get("metadata") or {}
-        owners = [o.get("kind") for o in meta.get("ownerReferences") or []]
-        if "DaemonSet" in owners or "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
-            continue
-        name = f"{meta.get('namespace')}/{meta.get('name')}"
-        if name in blocked:
-            name += " (a PodDisruptionBudget refuses its eviction)"
-        elif name in bare:
-            name += " (no controller: kubernetes.drain.force deletes it)"
-        pods.append(name)
-    saw = ", ".join(pods) or output.splitlines()[-1]
-    raise Failure(kube.step, f"pods on {node}", f"none left within {timeout}s", f"{saw}; {advice}", output)
+        data.update(holder=holder, acquireTime=(slot.holder == holder and slot.acquired) or now)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
 class Rollout:
@@ -160,8 +67,9 @@ class Rollout:
 
     def __init__(self, kube: Kube, node: str, *, max_unavailable: int = 1, lease_seconds: int = 3600,
                  wait_seconds: int = 21600, drain_timeout: int = 600, emptydir: int = 1, force: int = 0,
-                 poll: int = 5, sleep: Callable[[int], None] = pause) -> None:  # fmt: skip
+                 poll: int = 5, sleep: Callable[[int], None] = pause, namespace: str = NAMESPACE) -> None:  # fmt: skip
         self.kube, self.node, self.max, self.lease_seconds = kube, node, max_unavailable, lease_seconds
+        self.namespace = namespace
         self.wait, self.drain_timeout, self.emptydir, self.force = wait_seconds, drain_timeout, emptydir > 0, force > 0
         self.poll, self.sleep, self.names = poll, sleep, [f"{SLOT_PREFIX}{i}" for i in range(max_unavailable)]
 
@@ -172,17 +80,24 @@ class Rollout:
         return obj
 
     def slots(self) -> dict[str, Slot]:
-        """Every slot below maxUnavailable (free when there is no Lease) and every other slot Lease, by name."""
+        """Every slot below maxUnavailable (free when it has no ConfigMap) and every other slot ConfigMap, by name."""
         found = {name: Slot(name) for name in self.names}
-        now, items = datetime.datetime.now(UTC), (self.kube.json("get", "leases", "-n", NS) or {}).get("items", [])
+        listing = self.kube.json("get", "configmaps", "-n", self.namespace) or {}
+        now, items = datetime.datetime.now(UTC), listing.get("items", [])
         for item in (i for i in items if i["metadata"]["name"].startswith(SLOT_PREFIX)):
-            name, spec = item["metadata"]["name"], item.get("spec") or {}
-            stamp = spec.get("renewTime") or spec.get("acquireTime") or "0001-01-01T00:00:00"  # never: expired
-            seen = datetime.datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
-            expired = (now - seen).total_seconds() > int(spec.get("leaseDurationSeconds") or 0)
-            version, holder = item["metadata"]["resourceVersion"], spec.get("holderIdentity") or ""
-            found[name] = Slot(name, holder, expired, version, spec.get("acquireTime"))
+            name, data = item["metadata"]["name"], item.get("data") or {}
+            stamp = data.get("renewTime") or data.get("acquireTime") or "0001-01-01T00:00:00"  # never: expired
+            try:
+                seen = datetime.datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+                expired = (now - seen).total_seconds() > int(data.get("leaseDurationSeconds") or 0)
+            except ValueError:  # edited by hand into something else: treated as expired, and rewritten when taken
+                expired = True
+            version, holder = item["metadata"]["resourceVersion"], data.get("holder") or ""
+            found[name] = Slot(name, holder, expired, version, data.get("acquireTime"))
         return found
+
+    def free(self, node: str, slot: str) -> str:  # what frees the slot of a node a failed change left cordoned
+        return f"kubectl annotate node {node} {ANNOTATION}- && kubectl -n {self.namespace} delete configmap {slot}"
 
     def protected(self, slot: Slot) -> bool:  # its holder is still cordoned for it: expiry does not free it
         holder = self.node_object(slot.holder, required=False)
@@ -191,9 +106,10 @@ class Rollout:
     def write(self, slot: Slot, holder: str) -> bool:
         """Atomically hold ``slot`` as ``holder`` ("" releases it): False when another write came first."""
         verb = "create" if slot.version is None else "replace"
-        code, out, err = self.kube.call(verb, "-f", "-", stdin=json.dumps(lease(slot, holder, self.lease_seconds)))
+        body = slot_object(slot, holder, self.lease_seconds, self.namespace)
+        code, out, err = self.kube.call(verb, "-f", "-", stdin=json.dumps(body))
         if code and not re.search(r"\((AlreadyExists|Conflict|NotFound)\)", err):
-            raise self.kube.failure([verb, "lease", slot.name], code, err or out)
+            raise self.kube.failure([verb, "configmap", slot.name], code, err or out)
         return code == 0
 
     def take(self) -> str | None:
@@ -227,7 +143,7 @@ class Rollout:
 
     def holders(self) -> str:
         held = ", ".join(
-            f"{s.holder} (cordoned by a rollout; if its change failed: {free_command(s.holder, s.name)})"
+            f"{s.holder} (cordoned by a rollout; if its change failed: {self.free(s.holder, s.name)})"
             if s.holder and self.protected(s) else s.holder or "free"
             for s in self.slots().values() if s.name in self.names
         )  # fmt: skip
@@ -248,7 +164,8 @@ class Rollout:
         self.kube("cordon", self.node)
         say(f"rollout: cordoned {self.node}")
         advice = "nothing on the machine was changed yet: move or relax what blocks it, then run pulumi up again"
-        drain(self.kube, self.node, self.drain_timeout, emptydir=self.emptydir, force=self.force, advice=advice)
+        drain(self.kube, self.node, self.drain_timeout, emptydir=self.emptydir, force=self.force, advice=advice,
+              sleep=self.sleep, poll=self.poll)  # fmt: skip
         say(f"rollout: drained {self.node}")
         self.resume()
 
@@ -292,7 +209,7 @@ class Rollout:
         holder = slots.get(keep, Slot(keep)).holder
         if keep and holder == self.node:
             say(f"rollout: {self.node} stays cordoned and keeps its slot {keep} until a later run passes; free it "
-                f"with: {free_command(self.node, keep)} (and uncordon it once healthy)", err=True)  # fmt: skip
+                f"with: {self.free(self.node, keep)} (and uncordon it once healthy)", err=True)  # fmt: skip
         elif keep:
             say(f"rollout: {self.node} stays cordoned; its slot {keep} is {'held by ' + holder if holder else 'free'}",
                 err=True)  # fmt: skip
@@ -335,29 +252,6 @@ def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str)
     rollout.end()
 
 
-def retire(kube: Kube, node: str, timeout: int, *, emptydir: bool, force: bool, reset: bool) -> None:
-    """Cordon, drain (bounded), kubeadm reset (when asked) and delete the Node, before the machine goes away."""
-    present = kube.json("get", "node", node, "--ignore-not-found") is not None
-    if present:
-        kube("cordon", node)
-        say(f"retire: cordoned {node}")
-        advice = (f"{node} stays cordoned: relax the budget or move the pods (or set kubernetes.drain.force for pods "
-                  "without a controller), then run pulumi up again")  # fmt: skip
-        drain(kube, node, timeout, emptydir=emptydir, force=force, advice=advice)
-        say(f"retire: drained {node}")
-    else:
-        say(f"retire: {node} is not in the cluster; nothing to drain")
-    if reset:
-        # Stops the kubelet, so the Node object deleted next is not registered again.
-        proc = subprocess.run(["kubeadm", "reset", "--force"], capture_output=True, text=True, check=False)
-        if proc.returncode:
-            raise Failure("drain", "kubeadm reset --force", "exit 0", str(proc.returncode), proc.stderr)
-        say("retire: kubeadm reset")
-    if present:
-        kube("delete", "node", node, "--ignore-not-found")
-        say(f"retire: deleted Node {node}")
-
-
 def main(argv: Sequence[str]) -> int:
     """``rollout ACTION``, ``mig`` or ``retire`` and ``--flag value`` pairs (the shell steps checked every value)."""
     command, action = (argv[:1] or [""])[0], (argv[1:2] or [""])[0]
@@ -374,7 +268,8 @@ def main(argv: Sequence[str]) -> int:
         n = {k: int(o.get(k, v)) for k, v in DEFAULTS.items()}
         rollout = Rollout(Kube(command, o["kubeconfig"], o["api"]), o["node"], max_unavailable=n["max_unavailable"],
                           lease_seconds=n["lease_seconds"], wait_seconds=n["wait_seconds"], poll=n["poll"],
-                          drain_timeout=n["drain_timeout"], emptydir=n["emptydir"], force=n["force"])  # fmt: skip
+                          drain_timeout=n["drain_timeout"], emptydir=n["emptydir"], force=n["force"],
+                          namespace=o.get("namespace", NAMESPACE))  # fmt: skip
         if command == "mig":
             mig(rollout, o["phase"], o["mig_config"], int(o["timeout"]), o["operator_namespace"])
         elif action == "joined":

@@ -54,6 +54,7 @@ class RolloutSpec(SpecModel):
     drain_timeout_seconds: int = Field(default=600, ge=30, le=86400, description="Longest drain.")
     delete_emptydir_data: bool = Field(default=True, description="Evict pods with emptyDir volumes too.")
     force: bool = Field(default=False, description="Also delete pods no controller manages.")
+    namespace: Name = Field(default="proxmox-gpu-cluster", description="Namespace of the slots (ConfigMaps).")
 
 
 class GuestBootstrapSpec(SpecModel):
@@ -93,8 +94,8 @@ class GuestBootstrapSpec(SpecModel):
     api_endpoint: ApiEndpoint = Field(description="API server host:port.")
     rollout: RolloutSpec | None = Field(
         default=None,
-        description="Roll disruptive changes of a joined node through slots (needs the admin kubeconfig); None: "
-        "change it in place.",
+        description="Roll disruptive changes of a joined node through slots (as the node itself, with the "
+        "cluster's node-steps RBAC); None: change it in place.",
     )
     kubernetes_minor: int = Field(ge=MIN_KUBERNETES_MINOR, le=99, description="Kubernetes minor version (34).")
 
@@ -157,6 +158,7 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
             drain_timeout_seconds=drain.timeout_seconds,
             delete_emptydir_data=drain.delete_emptydir_data,
             force=drain.force,
+            namespace=drain.slot_namespace,
         )
         if spec.kubernetes.join_method == "kubeadm"
         else None,

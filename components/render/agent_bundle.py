@@ -38,16 +38,16 @@ AGENT = "agent"
 CACHE_ENV = "PGC_AGENT_CACHE"
 """Where the bundles are written for the copy (default: the user's cache directory)."""
 
-_CLUSTER = "agent/cluster.py"
+_CLUSTER = ("agent/cluster.py", "agent/kubeapi.py")  # cluster.py imports kubeapi.py from its directory
 GUEST_STEPS: dict[str, tuple[str, ...]] = {
     "cloud-init": ("guest_lib.sh", "guest_cloud_init.sh"),
-    "driver": ("guest_lib.sh", "guest_rollout.sh", "guest_driver.sh", _CLUSTER),
+    "driver": ("guest_lib.sh", "guest_rollout.sh", "guest_driver.sh", *_CLUSTER),
     "runtime": ("guest_lib.sh", "guest_runtime.sh"),
     "join": ("guest_lib.sh", "guest_join.sh"),
-    "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", _CLUSTER),
-    "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig.sh", _CLUSTER),
+    "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", *_CLUSTER),
+    "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig.sh", *_CLUSTER),
     "capacity": ("guest_lib.sh", "guest_capacity.sh", "agent/capacity.py"),
-    "drain": ("guest_lib.sh", "guest_drain.sh", _CLUSTER),
+    "drain": ("guest_lib.sh", "guest_drain.sh", *_CLUSTER),
 }
 """The steps that run on a worker's guest: the scripts each is made of, in order (``scripts/``), then the agent's
 Python modules it calls (``agent/``, installed beside ``step.sh``)."""
@@ -59,7 +59,7 @@ HOST_STEPS: dict[str, tuple[str, ...]] = {
 }
 """The steps that run on a Proxmox node."""
 KINDS = {"guest": GUEST_STEPS, "host": HOST_STEPS}
-SECRET_NAMES = ("PGC_KUBECONFIG", "PGC_JOIN_TOKEN", "PGC_CA_CERT_HASH")
+SECRET_NAMES = ("PGC_JOIN_TOKEN", "PGC_CA_CERT_HASH")
 """The only names a step accepts on stdin (agent_prologue.sh)."""
 
 

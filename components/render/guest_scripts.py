@@ -17,12 +17,11 @@ STEPS = ("cloud-init", "driver", "runtime", "join", "verify")
 """The bootstrap steps in the order they run."""
 JOIN_TOKEN_VAR = "PGC_JOIN_TOKEN"  # noqa: S105 (the variable's name, not a token)
 CA_CERT_HASH_VAR = "PGC_CA_CERT_HASH"
-KUBECONFIG_VAR = "PGC_KUBECONFIG"
 
 
 def drain_args(node_name: str, api_endpoint: str, drain: DrainSpec, kubeadm_reset: bool) -> list[str]:
-    """guest_drain.sh arguments (the kubeconfig is never one: it is on stdin). ``api_endpoint``: the address
-    the node joined through, which kubectl in the guest uses instead of the kubeconfig's server."""
+    """guest_drain.sh arguments. ``api_endpoint``: the address the node joined through, which kubectl in the guest
+    uses (with kubelet's credential)."""
     args = ["--node-name", node_name, "--api-endpoint", api_endpoint, "--timeout", str(drain.timeout_seconds)]
     args += ["--delete-emptydir-data", _flag(drain.delete_emptydir_data), "--force", _flag(drain.force)]
     return [*args, "--kubeadm-reset", _flag(kubeadm_reset)]
@@ -69,6 +68,7 @@ def rollout_args(b: GuestBootstrapSpec) -> list[str]:
     if r is None:
         return []
     args = ["--rollout", "1", "--rollout-node", b.node_name, "--rollout-api", b.api_endpoint]
+    args += ["--rollout-namespace", r.namespace]
     args += ["--rollout-max-unavailable", str(r.max_unavailable), "--rollout-lease-seconds", str(r.lease_seconds)]
     args += ["--rollout-wait-seconds", str(r.wait_seconds), "--rollout-drain-timeout", str(r.drain_timeout_seconds)]
     return [*args, "--rollout-delete-emptydir-data", _flag(r.delete_emptydir_data), "--rollout-force", _flag(r.force)]

@@ -26,10 +26,10 @@ if [[ -n "${BASH_SOURCE[0]:-}" && -f "${BASH_SOURCE[0]}" && "${BASH_SOURCE[0]}" 
       [[ -n "$pgc_line" ]] || continue
       pgc_name="${pgc_line%%=*}"
       case "$pgc_name" in
-      PGC_KUBECONFIG | PGC_JOIN_TOKEN | PGC_CA_CERT_HASH) ;;
+      PGC_JOIN_TOKEN | PGC_CA_CERT_HASH) ;;
       *)
         # Never echo the line: it may be a secret that lost its name.
-        echo "agent: stdin: expected NAME=<base64> lines for PGC_KUBECONFIG, PGC_JOIN_TOKEN or PGC_CA_CERT_HASH, saw another line" >&2
+        echo "agent: stdin: expected NAME=<base64> lines for PGC_JOIN_TOKEN or PGC_CA_CERT_HASH, saw another line" >&2
         exit 2
         ;;
       esac

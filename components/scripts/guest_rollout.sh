@@ -5,19 +5,17 @@
 # node a failed step leaves cordoned keeps its slot, so it keeps counting against maxUnavailable, until a later run
 # passes or an operator frees it. A node that has not joined yet (first provisioning) takes no slot.
 #
-# The logic is the node agent's cluster.py (Leases as slots, ownership, cordon, drain; see its docstring), run with
-# the machine's python3 from PGC_AGENT_DIR (the step's bundle directory, or next to this script). These functions
-# keep the steps' interface: rollout_arg, rollout_check_args, rollout_joined, rollout_begin "<why>",
-# rollout_resume, rollout_end, rollout_cleanup.
+# The logic is the node agent's cluster.py (ConfigMaps in --rollout-namespace as slots, ownership, cordon, drain;
+# see its docstring), run with the machine's python3 from PGC_AGENT_DIR (the step's bundle directory, or next to
+# this script). These functions keep the steps' interface: rollout_arg, rollout_check_args, rollout_joined,
+# rollout_begin "<why>", rollout_resume, rollout_end, rollout_cleanup.
 #
-# The admin kubeconfig is never an argument or an environment variable: it arrives as the shell variable
-# PGC_KUBECONFIG, goes to a mode-600 file under /run that only its path reaches kubectl and cluster.py through,
-# and is removed when the step ends; a file a killed run left is removed when the next run starts. kubectl talks to
-# --rollout-api (the address the node joined through).
+# kubectl acts as the node itself, with kubelet's kubeconfig (/etc/kubernetes/kubelet.conf, which only a joined
+# node has): no credential reaches the step. It talks to --rollout-api (the address the node joined through).
 set -euo pipefail
 
 ROLLOUT=0 ROLLOUT_NODE="" ROLLOUT_API="" ROLLOUT_MAX=1 ROLLOUT_LEASE=3600 ROLLOUT_WAIT=21600
-ROLLOUT_DRAIN_TIMEOUT=600 ROLLOUT_EMPTYDIR=1 ROLLOUT_FORCE=0 ROLLOUT_KUBECONFIG=""
+ROLLOUT_DRAIN_TIMEOUT=600 ROLLOUT_EMPTYDIR=1 ROLLOUT_FORCE=0 ROLLOUT_KUBECONFIG="" ROLLOUT_NAMESPACE=""
 ROLLOUT_POLL="${PGC_ROLLOUT_POLL:-5}"
 PGC_AGENT_DIR="${PGC_AGENT_DIR:-$(dirname "${BASH_SOURCE[0]:-.}")}"
 
@@ -27,6 +25,7 @@ rollout_arg() {
   --rollout) ROLLOUT="$2" ;;
   --rollout-node) ROLLOUT_NODE="$2" ;;
   --rollout-api) ROLLOUT_API="$2" ;;
+  --rollout-namespace) ROLLOUT_NAMESPACE="$2" ;;
   --rollout-max-unavailable) ROLLOUT_MAX="$2" ;;
   --rollout-lease-seconds) ROLLOUT_LEASE="$2" ;;
   --rollout-wait-seconds) ROLLOUT_WAIT="$2" ;;
@@ -43,6 +42,8 @@ rollout_check_args() {
   [[ "$ROLLOUT_NODE" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--rollout-node" "a DNS label" "'$ROLLOUT_NODE'"
   [[ "$ROLLOUT_API" =~ ^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$ ]] ||
     fail "--rollout-api" "host:port or [IPv6]:port" "'$ROLLOUT_API'"
+  [[ "$ROLLOUT_NAMESPACE" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
+    fail "--rollout-namespace" "a namespace" "'$ROLLOUT_NAMESPACE'"
   [[ "$ROLLOUT_MAX" =~ ^[1-9][0-9]{0,3}$ ]] || fail "--rollout-max-unavailable" "1 to 9999" "'$ROLLOUT_MAX'"
   local n
   for n in "$ROLLOUT_LEASE" "$ROLLOUT_WAIT" "$ROLLOUT_DRAIN_TIMEOUT"; do
@@ -56,21 +57,19 @@ rollout_check_args() {
 # rollout_agent <cluster.py command and flags...>: run it with this node's rollout settings; its exit code.
 rollout_agent() {
   python3 "$PGC_AGENT_DIR/cluster.py" "$@" --node "$ROLLOUT_NODE" --api "$ROLLOUT_API" \
-    --kubeconfig "$ROLLOUT_KUBECONFIG" --max-unavailable "$ROLLOUT_MAX" --lease-seconds "$ROLLOUT_LEASE" \
-    --wait-seconds "$ROLLOUT_WAIT" --drain-timeout "$ROLLOUT_DRAIN_TIMEOUT" --emptydir "$ROLLOUT_EMPTYDIR" \
-    --force "$ROLLOUT_FORCE" --poll "$ROLLOUT_POLL"
+    --kubeconfig "$ROLLOUT_KUBECONFIG" --namespace "$ROLLOUT_NAMESPACE" --max-unavailable "$ROLLOUT_MAX" \
+    --lease-seconds "$ROLLOUT_LEASE" --wait-seconds "$ROLLOUT_WAIT" --drain-timeout "$ROLLOUT_DRAIN_TIMEOUT" \
+    --emptydir "$ROLLOUT_EMPTYDIR" --force "$ROLLOUT_FORCE" --poll "$ROLLOUT_POLL"
 }
 
-# rollout_credentials: write the kubeconfig for kubectl (mode 600, removed when the step exits).
+# rollout_credentials: the node's own credential for kubectl, and the EXIT trap that says what is true after a
+# failure.
 rollout_credentials() {
   [[ -z "$ROLLOUT_KUBECONFIG" ]] || return 0
-  [[ -n "${PGC_KUBECONFIG:-}" ]] || fail "rollout" "the admin kubeconfig on stdin" "none"
-  command -v kubectl >/dev/null || fail "rollout" "kubectl on the node (installed by the runtime step)" "none"
+  command -v kubectl >/dev/null || fail "rollout" "kubectl on the node (installed by the join step)" "none"
   [[ -f "$PGC_AGENT_DIR/cluster.py" ]] || fail "rollout" "the node agent's cluster.py in $PGC_AGENT_DIR" "none"
-  mkdir -p "$ROOT/run"
-  ROLLOUT_KUBECONFIG="$(umask 077 && mktemp "$ROOT/run/pgc-kubeconfig.$$.XXXXXX")"
+  ROLLOUT_KUBECONFIG="$ROOT/etc/kubernetes/kubelet.conf"
   trap rollout_cleanup EXIT
-  printf '%s\n' "$PGC_KUBECONFIG" >"$ROLLOUT_KUBECONFIG"
 }
 
 # rollout_joined: this guest has joined the cluster (kubeadm wrote kubelet's kubeconfig) and its Node exists.
@@ -104,13 +103,11 @@ rollout_end() {
 }
 
 # rollout_cleanup (EXIT trap): after a failure, cluster.py says what is true (a node a rollout cordoned stays
-# cordoned and keeps its slot, and how to free it; a slot taken before the cordon is given back); the kubeconfig
-# file is removed in every case.
+# cordoned and keeps its slot, and how to free it; a slot taken before the cordon is given back).
 # The step's exit status stays the one it exited with (a trap that returns does not change it).
 rollout_cleanup() {
   local code=$?
   if ((code)) && [[ -n "$ROLLOUT_KUBECONFIG" ]]; then
     rollout_agent rollout cleanup >&2 || true
   fi
-  rm -f "$ROLLOUT_KUBECONFIG"
 }

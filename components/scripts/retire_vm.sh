@@ -5,8 +5,7 @@
 #
 # Usage: retire_vm.sh --vmid N --node-name NAME --timeout SECONDS --guest-step PATH [--check 0|1] -- GUEST-ARGS...
 # The work runs in the guest: the node agent's drain step installed there (PATH, absolute, in the guest), started by
-# the QEMU guest agent with the admin kubeconfig on its stdin in the prologue's form (PGC_KUBECONFIG=<base64>), never
-# as an argument or environment. This script gets the kubeconfig the same way (the prologue decoded it).
+# the QEMU guest agent. It acts as the node itself (kubelet's credential in the guest): no credential passes here.
 # --check 1 (the create step) only proves the agent answers and the drain step is installed, so a later retire will
 # reach it.
 set -euo pipefail
@@ -76,8 +75,7 @@ main() {
     return 0
   fi
   # The agent's own limit comes after the drain's, so the guest reports a drain timeout itself.
-  result="$(printf 'PGC_KUBECONFIG=%s\n' "$(printf '%s' "${PGC_KUBECONFIG:-}" | base64 -w 0)" |
-    qm guest exec "$vmid" --pass-stdin 1 --timeout "$((timeout + 180))" -- bash "$guest_step" "${guest_args[@]}")" ||
+  result="$(qm guest exec "$vmid" --timeout "$((timeout + 180))" -- bash "$guest_step" "${guest_args[@]}")" ||
     warn_and_leave "qm guest exec on VM $vmid failed"
   local out err
   out="$(json_field out-data <<<"$result")"

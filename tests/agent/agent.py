@@ -1,5 +1,5 @@
-"""Load the node agent's modules as the machine runs them (files, not the installed package), and wire them to a
-FakeCluster's kubectl."""
+"""Load the node agent's modules as the machine runs them (files, not the installed package, their directory on
+sys.path as the bundle's is), and wire them to a FakeCluster's kubectl with a node's own credential."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tests.components.scripts.fakekube import FakeCluster
+from tests.components.scripts.fakekube import SLOT_NAMESPACE, FakeCluster, kubelet_conf
 
 AGENT = Path(__file__).resolve().parents[2] / "components" / "agent"
 KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: admin\n  user: {token: CANARY-AGENT-TOKEN}\n"
@@ -19,6 +19,8 @@ ENDPOINT = "k8s.example.test:6443"
 def load(name: str) -> ModuleType:
     """components/agent/<name>.py as its own module (it imports nothing of the package)."""
     key = f"pgc_agent_{name}"
+    if str(AGENT) not in sys.path:  # cluster.py imports kubeapi.py from its own directory, as on the machine
+        sys.path.append(str(AGENT))
     if key not in sys.modules:
         spec = importlib.util.spec_from_file_location(key, AGENT / f"{name}.py")
         assert spec and spec.loader
@@ -29,6 +31,7 @@ def load(name: str) -> ModuleType:
 
 
 cluster = load("cluster")
+kubeapi = sys.modules["kubeapi"]  # as cluster.py imported it from its directory
 capacity = load("capacity")
 
 
@@ -38,21 +41,25 @@ def make_cluster(tmp_path: Path, nodes: list[str], **state: Any) -> FakeCluster:
     return fake
 
 
-def kube(fake: FakeCluster, tmp_path: Path, step: str = "rollout", config: str = KUBECONFIG) -> Any:
-    """cluster.Kube talking to ``fake`` with a mode-600 kubeconfig file holding ``config``."""
-    path = tmp_path / "kubeconfig"
-    path.write_text(config)
+def kube(fake: FakeCluster, tmp_path: Path, step: str = "rollout", config: str | None = None, *,
+         node: str = "gpu-a") -> Any:  # fmt: skip
+    """cluster.Kube talking to ``fake`` as ``node`` (its kubelet credential; ``config``: another kubeconfig)."""
+    path = tmp_path / f"kubelet-{node}.conf"
+    path.write_text(kubelet_conf(node) if config is None else config)
     path.chmod(0o600)
     return cluster.Kube(step, str(path), ENDPOINT, command=fake.command())
 
 
 def rollout(fake: FakeCluster, tmp_path: Path, node: str, **settings: Any) -> Any:
-    """A cluster.Rollout for ``node`` whose waits take no time."""
+    """A cluster.Rollout for ``node``, acting as ``node``, whose waits take no time."""
     settings.setdefault("sleep", lambda seconds: None)
-    return cluster.Rollout(kube(fake, tmp_path), node, **settings)
+    return cluster.Rollout(kube(fake, tmp_path, node=node), node, **settings)
 
 
 def held(fake: FakeCluster) -> dict[str, str]:
-    """Slot -> holder of every held slot."""
-    leases = fake.state()["leases"].items()
-    return {name: holder for name, lease in leases if (holder := lease["spec"].get("holderIdentity"))}
+    """Slot -> holder of every held slot (the slot ConfigMaps in the default namespace)."""
+    maps = fake.state()["configmaps"].items()
+    prefix = f"{SLOT_NAMESPACE}/"
+    return {
+        key.removeprefix(prefix): h for key, cm in maps if key.startswith(prefix) and (h := cm["data"].get("holder"))
+    }

@@ -5,35 +5,39 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime
-import json
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 
-from tests.agent.agent import ENDPOINT, cluster, held, kube, make_cluster, rollout
-from tests.components.scripts.fakekube import FakeCluster, Pod
+from tests.agent.agent import ENDPOINT, KUBECONFIG, cluster, held, kube, kubeapi, make_cluster, rollout
+from tests.components.scripts.fakekube import SLOT_NAMESPACE, FakeCluster, Pod
 
 SLOT0, SLOT1 = "proxmox-gpu-cluster-rollout-0", "proxmox-gpu-cluster-rollout-1"
 ANNOTATION = "proxmox-gpu-cluster.io/rollout"
 
 
-def lease(name: str, holder: str, age: int) -> dict[str, Any]:
+def slot(name: str, holder: str, age: int) -> dict[str, Any]:
     stamp = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": name, "namespace": "kube-system", "resourceVersion": "7"},
-        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3600, "renewTime": stamp},
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": SLOT_NAMESPACE, "resourceVersion": "7"},
+        "data": {"holder": holder, "leaseDurationSeconds": "3600", "renewTime": stamp},
     }  # fmt: skip
 
 
-def failed_node(fake: FakeCluster, node: str, slot: str) -> None:
-    """``node`` as a failed change leaves it: cordoned, marked for ``slot``, which it holds (renewed long ago)."""
+def key(name: str) -> str:
+    return f"{SLOT_NAMESPACE}/{name}"
+
+
+def failed_node(fake: FakeCluster, node: str, slot_name: str) -> None:
+    """``node`` as a failed change leaves it: cordoned, marked for ``slot_name``, which it holds (renewed long ago)."""
 
     def edit(state: dict[str, Any]) -> None:
         state["cordoned"] = sorted({*state["cordoned"], node})
-        state["annotations"].setdefault(node, {})[ANNOTATION] = slot
-        state["leases"][slot] = lease(slot, node, age=7200)
+        state["annotations"].setdefault(node, {})[ANNOTATION] = slot_name
+        state["configmaps"][key(slot_name)] = slot(slot_name, node, age=7200)
 
     fake.change(edit, node)
 
@@ -79,14 +83,14 @@ def test_an_expired_slot_is_not_taken_from_a_node_still_cordoned_for_it(tmp_path
         a.begin("driver")
     assert str(failure.value) == (
         "rollout: slot for gpu-a: expected one of 1 free within 0s, saw held by gpu-b (cordoned by a rollout; if its "
-        f"change failed: kubectl annotate node gpu-b {ANNOTATION}- && kubectl -n kube-system delete lease {SLOT0}) (pulumi "
+        f"change failed: kubectl annotate node gpu-b {ANNOTATION}- && kubectl -n {SLOT_NAMESPACE} delete configmap {SLOT0}) (pulumi "
         "up --parallel must exceed kubernetes.drain.maxUnavailable)"
     )
     assert fake.state()["cordoned"] == ["gpu-b"]
     # The operator's command from that message frees it (the node stays cordoned until they uncordon it).
-    operator = kube(fake, tmp_path)
+    operator = kube(fake, tmp_path, config=KUBECONFIG)  # the admin's
     operator("annotate", "node", "gpu-b", f"{ANNOTATION}-")
-    operator("-n", "kube-system", "delete", "lease", SLOT0)
+    operator("-n", SLOT_NAMESPACE, "delete", "configmap", SLOT0)
     assert a.take() == SLOT0 and fake.state()["cordoned"] == ["gpu-b"]
 
 
@@ -104,9 +108,9 @@ def test_a_killed_run_takes_its_own_slot_again_and_finishes(tmp_path: Path) -> N
     assert rollout(fake, tmp_path, "gpu-b").take() is None
     a = rollout(fake, tmp_path, "gpu-a")
     a.resume()  # the re-run renews it
-    renewed = fake.state()["leases"][SLOT0]["spec"]["renewTime"]
-    assert renewed > lease(SLOT0, "gpu-a", age=60)["spec"]["renewTime"]
-    fake.change(lambda state: state["leases"].pop(SLOT0))  # an operator deleted only the Lease
+    renewed = fake.state()["configmaps"][key(SLOT0)]["data"]["renewTime"]
+    assert renewed > slot(SLOT0, "gpu-a", age=60)["data"]["renewTime"]
+    fake.change(lambda state: state["configmaps"].pop(key(SLOT0)))  # an operator deleted only the slot
     a.resume()
     assert held(fake) == {SLOT0: "gpu-a"}  # taken again, as the annotation says
     a.end()
@@ -114,7 +118,7 @@ def test_a_killed_run_takes_its_own_slot_again_and_finishes(tmp_path: Path) -> N
 
 
 def test_begin_and_end_mark_cordon_drain_and_give_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fake = FakeCluster(tmp_path / "api.json", kube.__globals__["KUBECONFIG"], nodes=["gpu-a"])
+    fake = FakeCluster(tmp_path / "api.json", KUBECONFIG, nodes=["gpu-a"])
     fake.pods = [Pod("ml", "train-0", "gpu-a"), Pod("gpu-operator", "dp", "gpu-a", owner="DaemonSet")]
     fake.save()
     a = rollout(fake, tmp_path, "gpu-a")
@@ -126,7 +130,7 @@ def test_begin_and_end_mark_cordon_drain_and_give_back(tmp_path: Path, capsys: p
     assert state["cordoned"] == ["gpu-a"] and [p["name"] for p in state["pods"]] == ["dp"]
     a.end()
     assert capsys.readouterr().out.splitlines() == ["rollout: uncordoned gpu-a", f"rollout: released slot {SLOT0}"]
-    assert [e[1] for e in fake.state()["events"]] == ["lease", "cordon", "lease", "uncordon", "release"]
+    assert [e[1] for e in fake.state()["events"]] == ["lease", "cordon", "evict", "lease", "uncordon", "release"]
 
 
 def test_cleanup_says_what_is_true(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -143,7 +147,7 @@ def test_cleanup_says_what_is_true(tmp_path: Path, capsys: pytest.CaptureFixture
     a.cleanup()
     assert capsys.readouterr().err == (
         f"rollout: gpu-a stays cordoned and keeps its slot {SLOT0} until a later run passes; free it with: kubectl "
-        f"annotate node gpu-a {ANNOTATION}- && kubectl -n kube-system delete lease {SLOT0} (and uncordon it once "
+        f"annotate node gpu-a {ANNOTATION}- && kubectl -n {SLOT_NAMESPACE} delete configmap {SLOT0} (and uncordon it once "
         "healthy)\n"
     )
     assert held(fake) == {SLOT0: "gpu-a"} and fake.state()["cordoned"] == ["gpu-a"]
@@ -170,26 +174,64 @@ def test_api_server_errors_are_one_line_with_kubectls_output_below(
 
 
 def test_a_failed_drain_names_each_pod_and_why(tmp_path: Path) -> None:
-    fake = FakeCluster(tmp_path / "api.json", kube.__globals__["KUBECONFIG"], nodes=["gpu-a"])
+    waits: list[int] = []
+    fake = FakeCluster(tmp_path / "api.json", KUBECONFIG, nodes=["gpu-a"])
     fake.pods = [Pod("ml", "train-0", "gpu-a", pdb=True), Pod("ml", "serve-0", "gpu-a")]
     fake.save()
     with pytest.raises(cluster.Failure) as failure:
-        cluster.drain(kube(fake, tmp_path, "drain"), "gpu-a", 60, emptydir=True, force=False, advice="then retry")
+        cluster.drain(
+            kube(fake, tmp_path, "drain"),
+            "gpu-a",
+            60,
+            emptydir=True,
+            force=False,
+            advice="then retry",
+            sleep=waits.append,
+        )
     assert str(failure.value) == (
         "drain: pods on gpu-a: expected none left within 60s, saw ml/train-0 (a PodDisruptionBudget refuses its "
         "eviction); then retry"
     )
     assert "Cannot evict pod as it would violate the pod's disruption budget" in failure.value.output
     assert [p["name"] for p in fake.state()["pods"]] == ["train-0"]  # the other one was evicted
+    assert sum(waits) == 60  # retried every 5 s until the timeout
 
 
-def test_the_lease_written_is_a_valid_coordination_lease(tmp_path: Path) -> None:
+def test_the_slot_written_is_a_valid_configmap(tmp_path: Path) -> None:
     fake = make_cluster(tmp_path, ["gpu-a"])
     rollout(fake, tmp_path, "gpu-a", lease_seconds=900).take()
-    written = fake.state()["leases"][SLOT0]
-    assert written["apiVersion"] == "coordination.k8s.io/v1" and written["kind"] == "Lease"
+    written = fake.state()["configmaps"][key(SLOT0)]
+    kubernetes_validate.validate(written, "1.34", strict=True)
     assert written["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "proxmox-gpu-cluster"}
-    assert written["spec"]["leaseDurationSeconds"] == 900 and written["spec"]["holderIdentity"] == "gpu-a"
-    for key in ("acquireTime", "renewTime"):  # MicroTime, RFC 3339 with microseconds
-        datetime.datetime.strptime(written["spec"][key], "%Y-%m-%dT%H:%M:%S.%fZ")
-    assert json.loads(json.dumps(written)) == written
+    assert written["data"]["leaseDurationSeconds"] == "900" and written["data"]["holder"] == "gpu-a"
+    for field in ("acquireTime", "renewTime"):  # MicroTime, RFC 3339 with microseconds
+        datetime.datetime.strptime(written["data"][field], "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_without_the_node_steps_rbac_the_failure_says_so(tmp_path: Path) -> None:
+    # The node's own credential may write no ConfigMap until the cluster's NodeStepAccess is applied.
+    fake = make_cluster(tmp_path, ["gpu-a"], rbac=False)
+    with pytest.raises(cluster.Failure) as failure:
+        rollout(fake, tmp_path, "gpu-a").take()
+    assert str(failure.value).startswith(
+        f"rollout: kubectl get configmaps: expected an answer from the API server at https://{ENDPOINT}, saw "
+        'Forbidden (User "system:node:gpu-a" cannot list resource "configmaps" in API group "" in the namespace '
+        f'"{SLOT_NAMESPACE}"; is the cluster\'s node-steps RBAC applied?)'
+    )
+
+
+def test_a_node_acts_on_itself_only(tmp_path: Path) -> None:
+    fake = FakeCluster(tmp_path / "api.json", KUBECONFIG, nodes=["gpu-a", "gpu-b"], pods=[Pod("ml", "t", "gpu-b")])
+    fake.save()
+    as_a = kube(fake, tmp_path, "drain", node="gpu-a")
+    for args in (("cordon", "gpu-b"), ("delete", "node", "gpu-b")):
+        with pytest.raises(cluster.Failure) as failure:
+            as_a(*args)
+        assert 'node "gpu-a" is not allowed to modify node "gpu-b"' in str(failure.value)
+    with pytest.raises(cluster.Failure) as failure:
+        cluster.drain(as_a, "gpu-b", 30, emptydir=True, force=False, advice="", sleep=lambda s: None)
+    assert "can only list/watch pods with spec.nodeName field selector" in str(failure.value)
+    with pytest.raises(cluster.Failure) as failure:
+        kubeapi.evict(as_a, "ml/t")
+    assert "node gpu-a can only evict pods with spec.nodeName set to itself" in str(failure.value)
+    assert fake.state()["pods"] and fake.state()["cordoned"] == [] and fake.state()["nodes"] == ["gpu-a", "gpu-b"]

@@ -57,7 +57,7 @@ def test_release_inputs_and_values() -> None:
 
 
 def test_namespace_is_privileged() -> None:
-    ns = plan_stack(base_spec()).one("kubernetes:core/v1:Namespace").plain_inputs
+    ns = plan_stack(base_spec()).named("cluster-gpu-operator-namespace").plain_inputs
     assert ns["metadata"]["labels"] == {"pod-security.kubernetes.io/enforce": "privileged"}
 
 

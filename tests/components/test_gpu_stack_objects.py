@@ -41,7 +41,11 @@ def test_builtin_objects_pass_kubernetes_validate_strict(version: str) -> None:
         kubernetes_validate.validate(as_object(r.type, r.plain_inputs), version, strict=True)
         checked[r.type] = checked.get(r.type, 0) + 1
     assert checked == {
-        "kubernetes:core/v1:Namespace": 2,  # operator, DRA driver
+        "kubernetes:core/v1:Namespace": 3,  # operator, DRA driver, rollout slots
+        "kubernetes:rbac.authorization.k8s.io/v1:Role": 1,  # the node steps' access (NodeStepAccess)
+        "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": 1,
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": 1,
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": 1,
         "kubernetes:core/v1:ConfigMap": 3,  # device plugin, mig-parted, DCGM metrics
         "kubernetes:core/v1:NodePatch": 3,
         "kubernetes:batch/v1:Job": 1,

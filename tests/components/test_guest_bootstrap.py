@@ -15,9 +15,8 @@ import pulumi_command as command
 import pytest
 
 from proxmox_gpu_cluster.core.errors import SpecError
-from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, RolloutSpec, bootstrap_spec
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
 from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
 from proxmox_gpu_cluster.render.agent_bundle import bundle_name, secrets_stdin
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, rollout_args, verify_args
@@ -206,7 +205,7 @@ def test_verify_expects_every_assigned_gpu() -> None:
     assert chain["verify"].plain_inputs["create"] == (
         f"{run_bundle('verify')} --gpu 10de:2236=NVIDIA-A10 --gpu 10de:2236=NVIDIA-A10 --nvidia-smi 1 --driver 580 "
         "--containerd-nvidia 1 --rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443 "
-        "--rollout-max-unavailable 1 --rollout-lease-seconds 3600 --rollout-wait-seconds 21600 "
+        "--rollout-namespace proxmox-gpu-cluster --rollout-max-unavailable 1 --rollout-lease-seconds 3600 --rollout-wait-seconds 21600 "
         "--rollout-drain-timeout 600 --rollout-delete-emptydir-data 1 --rollout-force 0"
     )
 
@@ -313,30 +312,20 @@ def test_each_workers_driver_build_is_an_output() -> None:
     assert set(rec.outputs["driverVersions"]) == {"mig-1", "mig-2", "ts-1"}
 
 
-def test_the_rolling_steps_get_the_admin_kubeconfig_only_inside_a_secret_stdin() -> None:
+def test_the_rolling_steps_carry_no_credential_and_wait_for_the_node_access() -> None:
+    # They act as the node itself (kubelet's credential on the machine): no kubeconfig in any input, and every step
+    # waits for the RBAC that lets the node do it (through the agent copy, the chain's first resource).
     rec = plan_stack(base_spec())
     chain = steps(rec, "ts-1")
+    access = rec.named("cluster-node-access-cluster-role-binding")
     for role in ("driver", "verify"):
         step = chain[role]
-        assert is_secret(step.inputs["stdin"])
-        assert step.plain_inputs["stdin"] == secrets_stdin({"PGC_KUBECONFIG": SECRETS["kubeconfig"]})
+        assert "stdin" not in step.inputs
         assert "--rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443" in step.plain_inputs["create"]
-        assert "CANARY-KUBECONFIG" not in json.dumps(redact(step.inputs))
         assert "stdout" not in step.additional_secret_outputs  # the verify report and driver build stay readable
-    assert "stdin" not in chain["runtime"].inputs  # the others never see it (and carry no script either)
-    versions = rec.outputs["driverVersions"]  # not secret: the kubeconfig rode in stdin, not in what verify printed
+        assert rec.depends_on(step, access)
+    assert rec.depends_on(rec.named("cluster-ts-1-bootstrap-agent"), rec.named("cluster-node-access"))
+    for r in rec.resources:
+        assert "CANARY-KUBECONFIG" not in json.dumps(r.plain_inputs) or r.type == "pulumi:providers:kubernetes", r.name
+    versions = rec.outputs["driverVersions"]
     assert not is_secret(versions) and redact(versions) == dict.fromkeys(("mig-1", "mig-2", "ts-1"), "[unknown]")
-
-
-def test_a_rollout_without_the_admin_kubeconfig_is_refused() -> None:
-    rolling = STANDALONE.model_copy(update={"rollout": RolloutSpec()})
-
-    def program() -> None:
-        GuestBootstrap(
-            "bm1", rolling, provider=command.Provider("cmd"), host="h", user="root", ssh_private_key="k",
-            join_token="abcdef.0123456789abcdef", ca_cert_hash="sha256:" + "0" * 64,
-        )  # fmt: skip
-
-    with pytest.raises(InvalidComponentArgs) as err:
-        run(program)
-    assert err.value.lines == ["bm1.kubeconfig: a rollout (bootstrap.rollout) needs the admin kubeconfig"]

@@ -1,5 +1,5 @@
-"""MigRollout in the plan: two steps per MIG worker around its label patch, the geometry in their commands, the
-admin kubeconfig only in their secret stdin; alone, it refuses a bootstrap without rollout settings."""
+"""MigRollout in the plan: two steps per MIG worker around its label patch, the geometry in their commands, no
+credential in their inputs (they act as the node); alone, it refuses a bootstrap without rollout settings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, RolloutSpec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.guest.mig_rollout import MigRollout
-from proxmox_gpu_cluster.testing import is_secret, redact, run
+from proxmox_gpu_cluster.testing import redact, run
 from tests.support import base_spec, plan_stack
 
 MIG = "proxmox-gpu-cluster:mig_rollout:MigRollout"
@@ -36,8 +36,8 @@ def test_each_mig_worker_drains_before_its_label_changes() -> None:
         assert rec.depends_on(patch, begin) and rec.depends_on(end, begin) and not rec.depends_on(begin, patch)
         assert rec.depends_on(begin, rec.named(f"cluster-{worker}-bootstrap-verify"))
         for step in (begin, end):
-            assert is_secret(step.inputs["stdin"]) and "CANARY-KUBECONFIG" not in json.dumps(redact(step.inputs))
-            assert step.plain_inputs["stdin"].startswith("PGC_KUBECONFIG=")
+            assert "stdin" not in step.inputs and "CANARY-KUBECONFIG" not in json.dumps(step.plain_inputs)
+            assert rec.depends_on(step, rec.named("cluster-node-access-role-binding"))
 
 
 def test_a_geometry_change_reruns_only_that_workers_mig_steps() -> None:
@@ -64,7 +64,7 @@ def test_alone_it_needs_rollout_settings() -> None:
     def program() -> None:
         MigRollout(
             "m", B, mig_config="all-1g.5gb", operator_namespace="gpu-operator", timeout_seconds=60,
-            provider=command.Provider("c"), host="h", user="root", ssh_private_key="k", kubeconfig="kc",
+            provider=command.Provider("c"), host="h", user="root", ssh_private_key="k",
         )  # fmt: skip
 
     with pytest.raises(InvalidComponentArgs) as err:
@@ -75,7 +75,7 @@ def test_alone_it_needs_rollout_settings() -> None:
     def program_ok() -> None:
         MigRollout(
             "m", rolling, mig_config="all-1g.5gb", operator_namespace="gpu-operator", timeout_seconds=60,
-            provider=command.Provider("c"), host="h", user="root", ssh_private_key="k", kubeconfig="kc",
+            provider=command.Provider("c"), host="h", user="root", ssh_private_key="k",
         )  # fmt: skip
 
     rec = run(program_ok)

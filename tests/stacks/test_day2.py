@@ -9,10 +9,10 @@ import json
 from typing import Any
 
 from proxmox_gpu_cluster.core.names import StackScope
-from proxmox_gpu_cluster.render.agent_bundle import bundle_name, secrets_stdin
+from proxmox_gpu_cluster.render.agent_bundle import bundle_name
 from proxmox_gpu_cluster.stacks.plan import main
-from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, unwrap
-from tests.support import SECRETS, base_spec, plain_strings, plan_stack, prod_spec, shared_group
+from proxmox_gpu_cluster.testing import RecordedResource, Recording, unwrap
+from tests.support import base_spec, plain_strings, plan_stack, prod_spec, shared_group
 
 HOST_PREP = "proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep"
 MAPPING = "proxmoxve:hardware/mapping/pci:Pci"
@@ -128,8 +128,8 @@ def test_the_retirement_waits_for_the_node_and_is_protected_with_the_vm() -> Non
     assert inputs["create"].endswith("--check 1 -- --node-name gpu-a10-b --api-endpoint k8s-api.prod.internal:6443 "
                                      "--timeout 600 --delete-emptydir-data 1 --force 0 --kubeadm-reset 1")  # fmt: skip
     assert inputs["addPreviousOutputInEnv"] is False
-    assert is_secret(drain.inputs["stdin"]) and "stdin" in drain.additional_secret_outputs
-    assert inputs["stdin"] == secrets_stdin({"PGC_KUBECONFIG": SECRETS["kubeconfig"]})  # the credential, no script
+    assert "stdin" not in inputs  # no credential (the guest acts as the node), no script
+    assert rec.depends_on(drain, rec.named("cluster-node-access-cluster-role-binding"))  # deleted before the RBAC
     # The guest's drain step is the ubuntu user's agent copy; the host's retire step is the node's, waited for.
     assert f" --guest-step /home/ubuntu/.proxmox-gpu-cluster/agent/{bundle_name('drain')}/step.sh " in inputs["create"]
     assert rec.depends_on(drain, rec.named("cluster-pve-b-host-prep-agent"))
@@ -201,7 +201,8 @@ def test_dra_in_the_operator_namespace_creates_one_namespace() -> None:
     raw["workers"][1]["dra"] = True
     raw["gpuOperator"]["dra"] = {"namespace": "gpu-operator"}
     rec = plan_stack(raw)
-    assert [r.plain_inputs["metadata"]["name"] for r in rec.of_type(NAMESPACE)] == ["gpu-operator"]
+    names = [r.plain_inputs["metadata"]["name"] for r in rec.of_type(NAMESPACE)]
+    assert names == ["proxmox-gpu-cluster", "gpu-operator"]  # the rollout slots' and the operator's, once
     assert rec.named("cluster-dra-driver-release").plain_inputs["namespace"] == "gpu-operator"
 
 

@@ -326,7 +326,9 @@ if [ -f "$R/fake-kubeadm-tls-timeout" ]; then
   echo "error execution phase kubelet-start: timed out waiting for the condition" >&2
   echo "To see the stack trace of this error execute with --v=5 or higher" >&2; exit 1
 fi
-echo "kind: Config" > "$K/kubelet.conf"; rm -f "$K/bootstrap-kubelet.conf"
+node="$(sed -n 's/^  name: "\(.*\)"$/\1/p' "$cfg")"  # nodeRegistration.name: the certificate's CN
+printf 'apiVersion: v1\nkind: Config\nusers:\n- name: default-auth\n  user:\n    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem  # CN=system:node:%s\n' "$node" > "$K/kubelet.conf"
+rm -f "$K/bootstrap-kubelet.conf"
 echo "This node has joined the cluster"
 """
 

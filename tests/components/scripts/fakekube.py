@@ -1,28 +1,32 @@
-"""A fake Kubernetes API for the node agent (cluster.py), and a fake ``qm`` that runs guest commands in a FakeGuest.
+"""A fake Kubernetes API for the node agent (cluster.py, kubeapi.py), and a fake ``qm`` that runs guest commands in a
+FakeGuest.
 
-``FakeCluster`` keeps nodes, pods, labels, annotations and Leases in a JSON file, every request served under one
-file lock (so several guests can roll or drain at once against one cluster, and each request is atomic, as the API
-server's writes are), and installs a ``kubectl`` that reads and changes it with the real API's semantics and
-kubectl's messages:
+``FakeCluster`` keeps nodes, pods, labels, annotations and ConfigMaps (the rollout slots) in a JSON file, every
+request served under one file lock (so several guests can roll or drain at once against one cluster, and each request
+is atomic, as the API server's writes are), and installs a ``kubectl`` that reads and changes it with the real API's
+semantics and kubectl's messages:
 
 - ``get node N -o json`` (``--ignore-not-found``: nothing for a missing node, else NotFound), with the Node's
   resourceVersion, which every change of the node (cordon, uncordon, annotate, labels) moves on;
-- ``get leases -l SELECTOR -o json`` (a List) and ``get lease N``;
-- ``create -f -`` of a Lease: AlreadyExists when it exists; ``replace -f -``: NotFound when it does not, Conflict
-  when the resourceVersion sent is not the current one (optimistic concurrency: a PUT at a stale version);
-  ``delete lease`` (NotFound unless ``--ignore-not-found``);
+- ``get configmaps -n NS -o json`` (a List); ``create -f -`` of a ConfigMap: AlreadyExists when it exists;
+  ``replace -f -``: NotFound when it does not, Conflict when the resourceVersion sent is not the current one
+  (optimistic concurrency: a PUT at a stale version); ``delete configmap``;
 - ``annotate node`` (with ``--resource-version=V``: Conflict unless V is the node's current version), ``cordon``,
   ``uncordon`` (NotFound for a missing node);
-- ``drain``: cordons, then evicts: a pod whose PodDisruptionBudget refuses the eviction (the Eviction API answers
-  429 Too Many Requests, which kubectl retries until ``--timeout``) stays and the drain fails after evicting the
-  others; pods without a controller need ``--force`` (refused up front, nothing evicted); DaemonSet pods stay;
-- ``get pods --field-selector spec.nodeName=N -o json``; ``delete node``.
+- ``get pods --all-namespaces --field-selector spec.nodeName=N -o json`` (owners, emptyDir volumes, phase);
+- ``create --raw /api/v1/namespaces/NS/pods/P/eviction -f -``: the pod goes, or 429 TooManyRequests when its
+  PodDisruptionBudget refuses (``Pod.pdb``); ``delete node``.
 
-kubectl only works with the expected kubeconfig, read from the ``--kubeconfig`` file (anything else: Unauthorized),
-whose mode is recorded, and at the expected ``--server`` (else, or with ``api_down``, connection refused).
-``flaky(rate)`` makes that share of requests fail before doing anything (an etcd timeout, InternalError). Every
-cordon, uncordon, lease write and release is logged with its time, and ``peak`` is the most nodes that were ever
-cordoned and annotated by a rollout (proxmox-gpu-cluster.io/rollout) at once, checked after every request.
+Who asks is read from the ``--kubeconfig`` file (its mode is recorded): the cluster's admin kubeconfig may do
+anything; a kubelet credential (``kubelet_conf(node)``: user ``system:node:<node>``) is authorized as the real API
+server does it: the Node authorizer (its own Node only for reads, unless RBAC grants more; pods listed only with its
+own spec.nodeName selector), RBAC (the grants of render/node_rbac.py, which ``save`` applies unless ``rbac=False``)
+and the NodeRestriction admission plugin (only its own Node patched or deleted, only its own pods evicted, Leases
+only in kube-node-lease), with the API server's Forbidden messages; anything else is Unauthorized. kubectl answers
+only at the expected ``--server`` (else, or with ``api_down``, connection refused). ``flaky(rate)`` makes that share
+of requests fail before doing anything (an etcd timeout, InternalError). Every cordon, uncordon, eviction, slot write
+and release is logged with its time, and ``peak`` is the most nodes that were ever cordoned and annotated by a
+rollout (proxmox-gpu-cluster.io/rollout) at once, checked after every request.
 
 ``install_qm`` gives a FakeRoot (the Proxmox node) a ``qm`` whose ``guest exec`` runs the command inside a FakeGuest
 and answers with the JSON ``qm guest exec`` prints.
@@ -37,16 +41,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxmox_gpu_cluster.render import node_rbac
 from tests.components.scripts.fakeroot import FakeRoot
 
+SLOT_NAMESPACE = "proxmox-gpu-cluster"
+
+
+def kubelet_conf(node: str) -> str:
+    """/etc/kubernetes/kubelet.conf as kubeadm join writes it for ``node`` (its client certificate names the user)."""
+    return (
+        "apiVersion: v1\nkind: Config\nusers:\n- name: default-auth\n  user:\n"
+        f"    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem  # CN=system:node:{node}\n"
+    )
+
+
+def grants(namespace: str = SLOT_NAMESPACE) -> dict[str, Any]:
+    """The node-steps RBAC for nodes, as the fake authorizes with it."""
+    return {"cluster": [dict(r) for r in node_rbac.NODE_RULES],
+            "namespaced": {namespace: [dict(r) for r in node_rbac.SLOT_RULES]}}  # fmt: skip
+
+
 _KUBECTL = r"""
-import fcntl, json, os, random, stat, sys, time
+import fcntl, json, os, random, re, stat, sys, time
 state_path, expected = sys.argv[1], open(sys.argv[2]).read()
 args = sys.argv[3:]
 config = args[args.index("--kubeconfig") + 1]
 with open(state_path + ".modes", "a") as m:
     m.write(oct(stat.S_IMODE(os.stat(config).st_mode)) + "\n")
-if open(config).read().rstrip("\n") != expected.rstrip("\n"):
+text = open(config).read()
+who = "admin" if text.rstrip("\n") == expected.rstrip("\n") else None
+found = re.search(r"system:node:([a-z0-9.-]+)", text)
+if who is None and found:
+    who = found.group(1)  # a kubelet credential: the node's client certificate
+if who is None:
     sys.exit(print("error: You must be logged in to the server (Unauthorized)", file=sys.stderr) or 1)
 server = args[args.index("--server") + 1] if "--server" in args else None
 args = [a for a in args if not a.startswith("--request-timeout")]
@@ -54,9 +81,56 @@ for flag in ("--kubeconfig", "--server"):
     args = [a for i, a in enumerate(args) if a != flag and (i == 0 or args[i - 1] != flag)]
 version_arg = next((a.split("=", 1)[1] for a in args if a.startswith("--resource-version=")), None)
 args = [a for a in args if not a.startswith("--resource-version=")]
-if args[0] == "-n":  # kubectl -n NS VERB ...: the namespace flag may come first
-    args = [*args[2:], *args[:2]]
+namespace = args[args.index("-n") + 1] if "-n" in args else None
+if "-n" in args:
+    i = args.index("-n"); args = args[:i] + args[i + 2:]
 ANNOTATION = "proxmox-gpu-cluster.io/rollout"
+USER = f"system:node:{who}"
+
+class Refused(Exception):
+    pass
+
+def rbac(state, verb, resource, ns):
+    # The grants bound to group system:nodes (render/node_rbac.py as the cluster applied it).
+    rules = state.get("rbac", {}).get("cluster", []) + (state.get("rbac", {}).get("namespaced", {}).get(ns, []) if ns else [])
+    return any(verb in r["verbs"] and resource in r["resources"] and "" in r["apiGroups"] for r in rules)
+
+def forbid(resource, name, verb, ns=None, why=None):
+    scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+    reason = why or f'User "{USER}" cannot {verb} resource "{resource}" in API group "" {scope}'
+    raise Refused(f'Error from server (Forbidden): {resource} "{name}" is forbidden: {reason}')
+
+def authorize(state, verb, resource, name="", ns=None, node_of_pod=None, selector=None):
+    # The Node authorizer, then RBAC, then the NodeRestriction admission plugin, for a node's credential.
+    if who == "admin":
+        return
+    if resource == "nodes":
+        if verb in ("patch", "update"):
+            if name != who:
+                forbid("nodes", name, verb, why=f'node "{who}" is not allowed to modify node "{name}"')
+        elif verb == "get":
+            if name != who and not rbac(state, "get", "nodes", None):
+                forbid("nodes", name, verb, why=f"node '{who}' cannot read '{name}', only its own Node object")
+        elif verb == "delete":
+            if not rbac(state, "delete", "nodes", None):
+                forbid("nodes", name, verb)
+            if name != who:
+                forbid("nodes", name, verb, why=f'node "{who}" is not allowed to modify node "{name}"')
+    elif resource == "pods" and verb == "list":
+        if selector != who:
+            forbid("pods", "", verb, why="can only list/watch pods with spec.nodeName field selector")
+    elif resource == "pods/eviction":
+        if node_of_pod is not None and node_of_pod != who:
+            forbid("pods", name, "create", ns, why=f"node {who} can only evict pods with spec.nodeName set to itself")
+    elif resource == "leases":
+        if ns != "kube-node-lease":
+            forbid("leases", name, verb, ns, why='can only access leases in the "kube-node-lease" system namespace')
+    elif resource == "configmaps":
+        if not rbac(state, verb, "configmaps", ns):
+            forbid("configmaps", name, verb, ns)
+    else:
+        forbid(resource, name, verb, ns)
+
 with open(state_path, "r+") as f:
     fcntl.flock(f, fcntl.LOCK_EX)
     state = json.load(f)
@@ -69,7 +143,7 @@ with open(state_path, "r+") as f:
         sys.exit(print("Error from server (InternalError): etcdserver: request timed out", file=sys.stderr) or 1)
     out, code = [], 0
     verb = args[0]
-    leases = state.setdefault("leases", {})
+    slots = state.setdefault("configmaps", {})
     annotations = state.setdefault("annotations", {})
     labels = state.setdefault("labels", {})
     versions = state.setdefault("node_versions", {})
@@ -90,136 +164,111 @@ with open(state_path, "r+") as f:
                 "annotations": annotations.get(node, {})}
         return {"apiVersion": "v1", "kind": "Node", "metadata": meta,
                 "spec": {"unschedulable": True} if node in state["cordoned"] else {}}
-    if verb == "get" and args[1] == "node" and "-o" in args and args[args.index("-o") + 1].startswith("jsonpath="):
-        # {.metadata.labels.KEY} or {.metadata.annotations.KEY}, dots in KEY escaped
-        path = args[args.index("-o") + 1].removeprefix("jsonpath={.metadata.").removesuffix("}")
-        kind, key = path.split(".", 1)
-        out.append(state.setdefault(kind, {}).get(args[2], {}).get(key.replace("\\.", "."), ""))
-    elif verb == "get" and args[1] == "node" and args[-2:] == ["-o", "json"]:
-        if args[2] in state["nodes"]:
-            out.append(json.dumps(node_json(args[2])))
-        elif "--ignore-not-found" not in args:
-            code = int(missing(args[2]))
-    elif verb == "get" and args[1] == "node":
-        if args[2] in state["nodes"]:
-            out.append("node/" + args[2])
-    elif verb == "get" and args[1] == "leases":  # a list, by label selector
-        selector = dict(kv.split("=", 1) for kv in args[args.index("-l") + 1].split(",")) if "-l" in args else {}
-        items = [le for le in leases.values() if selector.items() <= le["metadata"].get("labels", {}).items()]
-        out.append(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    elif verb == "get" and args[1] == "lease":
-        if args[2] in leases:
-            out.append(json.dumps(leases[args[2]]))
-    elif verb in ("create", "replace") and args[1:3] == ["-f", "-"]:
-        lease = json.loads(sys.stdin.read())
-        assert lease["kind"] == "Lease" and lease["metadata"]["namespace"] == "kube-system", lease
-        name = lease["metadata"]["name"]
-        current = leases.get(name)
-        if verb == "create" and current is not None:
-            out.append(f'Error from server (AlreadyExists): error when creating "STDIN": leases.coordination.k8s.io '
-                       f'"{name}" already exists')
-            code = 1
-        elif verb == "replace" and current is None:
-            out.append(f'Error from server (NotFound): error when replacing "STDIN": leases.coordination.k8s.io '
-                       f'"{name}" not found')
-            code = 1
-        elif verb == "replace" and current["metadata"]["resourceVersion"] != lease["metadata"].get("resourceVersion"):
-            out.append(f'Error from server (Conflict): error when replacing "STDIN": Operation cannot be fulfilled on '
-                       f'leases.coordination.k8s.io "{name}": the object has been modified; please apply your '
-                       "changes to the latest version and try again")
-            code = 1
-        else:
-            lease["metadata"]["resourceVersion"] = bump()
-            leases[name] = lease
-            holder = lease["spec"].get("holderIdentity")
-            before = (current or {}).get("spec", {}).get("holderIdentity")
-            event("lease", holder) if holder else event("release", before)
-            out.append(f"lease.coordination.k8s.io/{name} {verb}d")
-    elif verb == "delete" and args[1] == "lease":
-        if args[2] in leases:
-            holder = leases.pop(args[2]).get("spec", {}).get("holderIdentity")
-            event("release", holder)
-            out.append(f'lease.coordination.k8s.io "{args[2]}" deleted')
-        elif "--ignore-not-found" not in args:
-            out.append(f'Error from server (NotFound): leases.coordination.k8s.io "{args[2]}" not found')
-            code = 1
-    elif verb == "annotate":
-        node, change = args[2], next(a for a in args[3:] if not a.startswith("--"))
-        if missing(node):
-            code = 1
-        elif version_arg is not None and version_arg != versions.get(node, "1"):
-            out.append(f'Error from server (Conflict): Operation cannot be fulfilled on nodes "{node}": the object '
-                       "has been modified; please apply your changes to the latest version and try again")
-            code = 1
-        elif change.endswith("-"):
-            annotations.get(node, {}).pop(change[:-1], None)
-            bump(node)
-            out.append(f"node/{node} annotated")
-        else:
-            key, value = change.split("=", 1)
-            annotations.setdefault(node, {})[key] = value
-            bump(node)
-            out.append(f"node/{node} annotated")
-    elif verb == "uncordon":
-        if missing(args[1]):
-            code = 1
-        else:
-            state["cordoned"] = sorted(set(state["cordoned"]) - {args[1]})
-            bump(args[1])
-            event("uncordon", args[1])
-            out.append(f"node/{args[1]} uncordoned")
-    elif verb == "get" and args[1] == "pods":
-        node = next(a for a in args if a.startswith("spec.nodeName=")).split("=", 1)[1]
-        mine = [p for p in state["pods"] if p["node"] == node]
-        if args[-2:] == ["-o", "json"]:
-            items = [{"metadata": {"namespace": p["ns"], "name": p["name"],
-                                   "ownerReferences": [{"kind": p["owner"]}] if p.get("owner") else []},
-                      "spec": {"nodeName": node}} for p in mine]
+    def pod_json(p):
+        owners = [{"apiVersion": "apps/v1", "kind": p["owner"], "name": p["name"] + "-owner", "controller": True}]
+        volumes = [{"name": "scratch", "emptyDir": {}}] if p.get("emptydir") else []
+        return {"metadata": {"namespace": p["ns"], "name": p["name"], "ownerReferences": owners if p.get("owner") else []},
+                "spec": {"nodeName": p["node"], "volumes": volumes}, "status": {"phase": "Running"}}
+    try:
+        if verb == "get" and args[1] == "node":
+            authorize(state, "get", "nodes", args[2])
+            if args[2] in state["nodes"]:
+                out.append(json.dumps(node_json(args[2])))
+            elif "--ignore-not-found" not in args:
+                code = int(missing(args[2]))
+        elif verb == "get" and args[1] == "configmaps":  # a list in one namespace
+            authorize(state, "list", "configmaps", "", namespace)
+            items = [c for c in slots.values() if c["metadata"]["namespace"] == namespace]
             out.append(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-        else:
-            out.extend(f'{p["ns"]}/{p["name"]} {p.get("owner") or ""} ' for p in mine)
-    elif verb == "cordon":
-        if missing(args[1]):
-            code = 1
-        else:
-            state["cordoned"] = sorted({*state["cordoned"], args[1]})
-            bump(args[1])
-            event("cordon", args[1])
-            out.append(f"node/{args[1]} cordoned")
-    elif verb == "drain":
-        node, force = args[1], "--force" in args
-        mine = [p for p in state["pods"] if p["node"] == node and p.get("owner") != "DaemonSet"]
-        bare = [p for p in mine if not p.get("owner")]
-        if missing(node):
-            code = 1
-        elif bare and not force:
-            names = ",".join(f'{p["ns"]}/{p["name"]}' for p in bare)
-            out.append(f'error: unable to drain node "{node}" due to error: cannot delete Pods that declare no '
-                       f"controller (use --force to override): {names}")
-            code = 1
-        else:
-            if node not in state["cordoned"]:
-                state["cordoned"] = sorted({*state["cordoned"], node})
-                bump(node)
-                event("cordon", node)
-            for p in mine:
-                out.append(f'evicting pod {p["ns"]}/{p["name"]}')
-                if p.get("pdb"):  # the Eviction API answers 429; kubectl retries until --timeout
-                    out.append(f'error when evicting pods/"{p["name"]}" -n "{p["ns"]}" (will retry after 5s): '
-                               "Cannot evict pod as it would violate the pod's disruption budget.")
-                    code = 1
-                else:
-                    state["pods"].remove(p)
-            if code:
-                out.append(f'error: unable to drain node "{node}" due to error: global timeout reached')
+        elif verb in ("create", "replace") and args[1:3] == ["-f", "-"]:
+            obj = json.loads(sys.stdin.read())
+            assert obj["kind"] == "ConfigMap", obj
+            name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+            authorize(state, "create" if verb == "create" else "update", "configmaps", name, ns)
+            key, current = f"{ns}/{name}", slots.get(f"{ns}/{name}")
+            if verb == "create" and current is not None:
+                out.append(f'Error from server (AlreadyExists): error when creating "STDIN": configmaps "{name}" already exists')
+                code = 1
+            elif verb == "replace" and current is None:
+                out.append(f'Error from server (NotFound): error when replacing "STDIN": configmaps "{name}" not found')
+                code = 1
+            elif verb == "replace" and current["metadata"]["resourceVersion"] != obj["metadata"].get("resourceVersion"):
+                out.append(f'Error from server (Conflict): error when replacing "STDIN": Operation cannot be fulfilled on '
+                           f'configmaps "{name}": the object has been modified; please apply your changes to the latest '
+                           "version and try again")
+                code = 1
             else:
-                out.append(f"node/{node} drained")
-    elif verb == "delete" and args[1] == "node":
-        if args[2] in state["nodes"]:
-            state["nodes"].remove(args[2])
-        out.append(f'node "{args[2]}" deleted')
-    else:
-        sys.exit(print("fake kubectl: unsupported " + " ".join(args), file=sys.stderr) or 2)
+                obj["metadata"]["resourceVersion"] = bump()
+                slots[key] = obj
+                holder, before = obj["data"].get("holder"), (current or {}).get("data", {}).get("holder")
+                event("lease", holder) if holder else event("release", before)
+                out.append(f"configmap/{name} {verb}d")
+        elif verb == "create" and args[1] == "--raw":  # POST an Eviction
+            _, _, _, _, ns, _, pod_name, _ = args[2].split("/")
+            pod = next((p for p in state["pods"] if p["ns"] == ns and p["name"] == pod_name), None)
+            authorize(state, "create", "pods/eviction", pod_name, ns, node_of_pod=pod and pod["node"])
+            if pod is None:
+                out.append(f'Error from server (NotFound): pods "{pod_name}" not found')
+                code = 1
+            elif pod.get("pdb"):
+                out.append("Error from server (TooManyRequests): Cannot evict pod as it would violate the pod's "
+                           "disruption budget.")
+                code = 1
+            else:
+                state["pods"].remove(pod)
+                event("evict", pod["node"])
+                out.append(json.dumps({"kind": "Status", "status": "Success"}))
+        elif verb == "annotate":
+            node, change = args[2], next(a for a in args[3:] if not a.startswith("--"))
+            authorize(state, "patch", "nodes", node)
+            if missing(node):
+                code = 1
+            elif version_arg is not None and version_arg != versions.get(node, "1"):
+                out.append(f'Error from server (Conflict): Operation cannot be fulfilled on nodes "{node}": the object '
+                           "has been modified; please apply your changes to the latest version and try again")
+                code = 1
+            elif change.endswith("-"):
+                annotations.get(node, {}).pop(change[:-1], None)
+                bump(node)
+                out.append(f"node/{node} annotated")
+            else:
+                key, value = change.split("=", 1)
+                annotations.setdefault(node, {})[key] = value
+                bump(node)
+                out.append(f"node/{node} annotated")
+        elif verb in ("cordon", "uncordon"):
+            authorize(state, "patch", "nodes", args[1])
+            if missing(args[1]):
+                code = 1
+            else:
+                now = {*state["cordoned"], args[1]} if verb == "cordon" else set(state["cordoned"]) - {args[1]}
+                state["cordoned"] = sorted(now)
+                bump(args[1])
+                event(verb, args[1])
+                out.append(f"node/{args[1]} {verb}ed")
+        elif verb == "get" and args[1] == "pods":
+            node = next(a for a in args if a.startswith("spec.nodeName=")).split("=", 1)[1]
+            authorize(state, "list", "pods", selector=node)
+            items = [pod_json(p) for p in state["pods"] if p["node"] == node]
+            out.append(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        elif verb == "delete" and args[1] == "node":
+            authorize(state, "delete", "nodes", args[2])
+            if args[2] in state["nodes"]:
+                state["nodes"].remove(args[2])
+            out.append(f'node "{args[2]}" deleted')
+        elif verb == "delete" and args[1] == "configmap":
+            authorize(state, "delete", "configmaps", args[2], namespace)
+            held = slots.pop(f"{namespace}/{args[2]}", None)
+            event("release", (held or {}).get("data", {}).get("holder"))
+            out.append(f'configmap "{args[2]}" deleted')
+        elif args[1] in ("lease", "leases"):
+            authorize(state, verb, "leases", args[2] if len(args) > 2 else "", namespace)
+            out.append("fake kubectl: leases are not modelled beyond the node's refusal")
+            code = 2
+        else:
+            sys.exit(print("fake kubectl: unsupported " + " ".join(args), file=sys.stderr) or 2)
+    except Refused as refused:
+        out, code = [str(refused)], 1
     out_now = [n for n in state["nodes"] if n in state["cordoned"] and annotations.get(n, {}).get(ANNOTATION)]
     state["peak"] = max(state.get("peak", 0), len(out_now))
     f.seek(0)
@@ -264,11 +313,14 @@ class Pod:
     owner: str | None = "ReplicaSet"
     pdb: bool = False
     """A PodDisruptionBudget refuses its eviction."""
+    emptydir: bool = False
+    """It has an emptyDir volume."""
 
 
 @dataclass
 class FakeCluster:
-    """The API server's view: nodes, which are cordoned, pods. Shared by every guest given to ``install``."""
+    """The API server's view: nodes, which are cordoned, pods. Shared by every guest given to ``install``.
+    ``kubeconfig``: the admin credential (tests inspect with it; the node steps never have it)."""
 
     path: Path
     kubeconfig: str
@@ -279,10 +331,12 @@ class FakeCluster:
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
     """Node -> labels (what the label patch and mig-manager write; set them with ``set_labels``)."""
 
-    def save(self, api_down: bool = False, leases: dict[str, Any] | None = None) -> None:
+    def save(self, api_down: bool = False, configmaps: dict[str, Any] | None = None, rbac: bool = True) -> None:
+        """Start the API server: ``configmaps`` by ``namespace/name``; ``rbac``: the node-steps RBAC is applied."""
         state = {
             "nodes": self.nodes, "cordoned": [], "pods": [vars(p) for p in self.pods], "api_down": api_down,
-            "server": self.server, "leases": leases or {}, "annotations": {}, "labels": self.labels, "events": [],
+            "server": self.server, "configmaps": configmaps or {}, "annotations": {}, "labels": self.labels,
+            "events": [], "rbac": grants() if rbac else {},
         }  # fmt: skip
         self.path.write_text(json.dumps(state))
         (self.path.parent / "expected-kubeconfig").write_text(self.kubeconfig)
