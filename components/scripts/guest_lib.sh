@@ -78,6 +78,7 @@ guest_begin() {
   fi
   printf '%s (pid %s)\n' "$STEP" "$$" >"$ROOT$LOCK"
   stale_secrets "$ROOT/run/pgc-join"
+  # Admin kubeconfig files of versions before the steps acted as the node (2026-11): a run killed then left them.
   stale_secrets "$ROOT/run/pgc-kubeconfig"
   stale_secrets "$ROOT/run/pgc-drain"
 }
