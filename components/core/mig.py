@@ -59,6 +59,19 @@ def place(model: GpuModel, geometry: Mapping[str, int]) -> dict[str, list[int]] 
     return {name: sorted(starts) for name, starts in sorted(result.items())}
 
 
+def mig_config_problems(model: GpuModel, config: str | Mapping[str, int]) -> list[str]:
+    """Everything wrong with a MIG config (a mig-parted name or a geometry) on ``model``: the one rule set for
+    workers and existing GPU nodes alike."""
+    if isinstance(config, str):
+        named = model.named_mig_configs()
+        if config not in named:
+            return [f"no MIG config {config!r} for {model.key} (known: {', '.join(named)})"]
+        return []
+    if not config:
+        return ["empty MIG geometry; use all-disabled to turn MIG off"]
+    return geometry_problems(model, config)
+
+
 def geometry_problems(model: GpuModel, geometry: Mapping[str, int]) -> list[str]:
     """Everything wrong with ``geometry`` on ``model``, as messages; empty when it can be applied."""
     if model.mig is None:

@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
+from proxmox_gpu_cluster.core.mig import mig_config_problems
 from proxmox_gpu_cluster.core.spec_base import GpuModelKey, Int, MigConfig, Name, SpecModel, VgpuType
 from proxmox_gpu_cluster.core.worker_spec import TimeSlicing
 
@@ -100,9 +101,8 @@ class ExistingGpuNode(SpecModel):
                 model = CATALOG[key]
                 if not model.mig_capable:
                     problems.append(Problem("mig", f"{key} does not support MIG"))
-                elif isinstance(self.mig, str) and self.mig not in model.named_mig_configs():
-                    known = ", ".join(model.named_mig_configs())
-                    problems.append(Problem("mig", f"{self.mig} is not a MIG config of {key} (known: {known})"))
+                elif self.mig is not None:  # the rules a worker's GPUs get (placement, known profiles)
+                    problems.extend(Problem("mig", m) for m in mig_config_problems(model, self.mig))
         elif self.mig is not None:
             problems.append(Problem("mig", f"only applies when sharing is mig (sharing is {self.sharing})"))
         if self.workload != "container" and (self.sharing != "none" or self.dra):

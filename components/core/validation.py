@@ -10,17 +10,17 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from proxmox_gpu_cluster.core.capacity import cluster_capacity, smoke_test_resource
-from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
+from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.drivers import OPERATOR_DRIVER_VERSIONS, operator_driver_version
 from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.inventory import effective_mig, find_host_gpu, worker_gpus
-from proxmox_gpu_cluster.core.mig import geometry_problems
+from proxmox_gpu_cluster.core.mig import mig_config_problems
 from proxmox_gpu_cluster.core.validation_hosts import host_problems
 from proxmox_gpu_cluster.core.validation_kubevirt import kubevirt_problems, vm_worker_problems
 
 if TYPE_CHECKING:
     # Types only: the spec module runs the cross-field validation, which imports this module.
-    from proxmox_gpu_cluster.core.spec import ClusterSpec, MigConfig, Worker
+    from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
 
 MAX_HOSTPCI = 16
 """Proxmox VE offers hostpci0..hostpci15 per VM (qm.conf(5))."""
@@ -45,6 +45,7 @@ def cross_check(spec: ClusterSpec) -> list[Problem]:
     problems.extend(_mig_strategy(spec))
     problems.extend(_dra(spec))
     problems.extend(kubevirt_problems(spec))
+    problems.extend(_drain(spec))
     if not problems:
         # Quotas and the smoke test are judged against the capacity table, which is only meaningful for an
         # otherwise valid spec.
@@ -170,19 +171,19 @@ def _gpu_mig(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
                 Problem(path, "sharing is mig but this GPU has no MIG config; set it here or in the worker's mig")
             )
         elif w.sharing == "mig" and config is not None:
-            out.extend(Problem(path, m + inherited) for m in _mig_config_problems(model, config))
+            out.extend(Problem(path, m + inherited) for m in mig_config_problems(model, config))
     return out
 
 
-def _mig_config_problems(model: GpuModel, config: MigConfig) -> list[str]:
-    if isinstance(config, str):
-        named = model.named_mig_configs()
-        if config not in named:
-            return [f"no MIG config {config!r} for {model.key} (known: {', '.join(named)})"]
+def _drain(spec: ClusterSpec) -> list[Problem]:
+    """A slot must outlive the drain it is taken for: once expired, another node's run may take it over while this
+    node is still draining (its cordon protects it only once it is marked), and two nodes would be out at once."""
+    drain = spec.kubernetes.drain
+    if drain.slot_lease_seconds > drain.timeout_seconds:
         return []
-    if not config:
-        return ["empty MIG geometry; use all-disabled to turn MIG off"]
-    return geometry_problems(model, config)
+    return [Problem("kubernetes.drain.slotLeaseSeconds",
+                    f"must exceed timeoutSeconds ({drain.timeout_seconds}): a slot that expires mid-drain can be "
+                    f"taken by another node, got {drain.slot_lease_seconds}")]  # fmt: skip
 
 
 def _operator_driver_version(spec: ClusterSpec) -> list[Problem]:

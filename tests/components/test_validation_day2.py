@@ -302,3 +302,36 @@ def test_a_date_where_text_belongs_is_a_clear_error() -> None:
     spec = base_spec()
     spec["workers"][0]["name"] = datetime.date(2026, 11, 22)
     assert any(line.startswith("cluster.workers[0].name: ") for line in errors_of(spec))
+
+
+@pytest.mark.parametrize(
+    ("mig", "message"),
+    [
+        ({"4g.20gb": 2}, "4g.20gb: at most 1 per A100-PCIE-40GB, got 2"),
+        ({"9g.99gb": 1}, "A100-PCIE-40GB has no MIG profile '9g.99gb'"),
+        ("all-9g.99gb", "no MIG config 'all-9g.99gb' for A100-PCIE-40GB"),
+    ],
+)
+def test_existing_gpu_nodes_get_the_mig_rules_workers_get(mig: Any, message: str) -> None:
+    # One rule set: a geometry that cannot be placed, or an unknown profile, is refused on a bare-metal node too.
+    from pydantic import ValidationError
+
+    from proxmox_gpu_cluster.core.nodes import ExistingGpuNode
+
+    with pytest.raises(ValidationError) as err:
+        ExistingGpuNode(name="bm-1", gpus={"A100-PCIE-40GB": 1}, sharing="mig", mig=mig)
+    assert message in str(err.value)
+
+
+def test_a_slot_lease_shorter_than_the_drain_is_refused() -> None:
+    raw = base_spec()
+    raw["kubernetes"]["drain"] = {"timeoutSeconds": 1800, "slotLeaseSeconds": 900}
+    lines = errors_of(raw)
+    assert_problem(
+        "short slot",
+        lines,
+        "cluster.kubernetes.drain.slotLeaseSeconds",
+        "must exceed timeoutSeconds (1800): a slot that expires mid-drain can be taken by another node, got 900",
+    )
+    raw["kubernetes"]["drain"]["slotLeaseSeconds"] = 1801
+    load_spec(raw)  # accepted
