@@ -13,9 +13,17 @@ PER_DIAL_TIMEOUT = 10
 
 
 def connection(
-    host: pulumi.Input[str], user: str, private_key: pulumi.Input[str], port: int = 22
+    host: pulumi.Input[str], user: str, private_key: pulumi.Input[str] | None, port: int = 22
 ) -> command.remote.ConnectionArgs:
-    """Key-based SSH to ``user@host:port`` with bounded dial retries (about five minutes)."""
+    """Key-based SSH to ``user@host:port`` with bounded dial retries (about five minutes). ``private_key`` None
+    means the ssh-agent: the connection then carries no key at all (nor an ``agentSocketPath``: the provider reads
+    ``SSH_AUTH_SOCK`` where ``pulumi up`` runs), so no step's state holds it.
+
+    How pulumi-command authenticates (provider/pkg/provider/remote/connection.go, ``Connection.SSHConfig``, tags
+    v1.0.1, the floor, and v1.2.1): a ``privateKey`` adds public-key auth with it, a ``password`` adds password and
+    keyboard-interactive auth, and then, key or not, the socket in ``agentSocketPath`` or else ``$SSH_AUTH_SOCK``
+    (connection_unix.go ``tryGetDefaultAgentSocket``) adds the agent's keys; a socket that is set but cannot be
+    dialled fails the step. With neither a key nor an agent there is no auth method and the handshake fails."""
     return command.remote.ConnectionArgs(
         host=host,
         port=port,

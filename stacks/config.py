@@ -38,7 +38,9 @@ class SecretKey:
 
 PROXMOX_API_TOKEN = SecretKey("proxmoxApiToken", "Proxmox API token, 'user@realm!tokenid=uuid' (authMode token)")
 PROXMOX_PASSWORD = SecretKey("proxmoxPassword", "password of proxmox.username (authMode password)")
-SSH_PRIVATE_KEY = SecretKey("sshPrivateKey", "SSH private key for Proxmox nodes and guest VMs")
+SSH_PRIVATE_KEY = SecretKey(
+    "sshPrivateKey", "SSH private key for Proxmox nodes and guest VMs (or the ssh-agent: proxmox.sshAgent true)"
+)
 KUBECONFIG = SecretKey("kubeconfig", "kubeconfig of the target cluster")
 JOIN_TOKEN = SecretKey("kubeadmJoinToken", "kubeadm bootstrap token (joinMethod kubeadm)")
 CA_CERT_HASH = SecretKey("kubeadmCaCertHash", "kubeadm discovery CA cert hash, sha256:... (joinMethod kubeadm)")
@@ -60,7 +62,8 @@ class InvalidStackConfig(pulumi.RunError):
 
 def required_secrets(spec: ClusterSpec) -> list[SecretKey]:
     """The secret keys this spec needs."""
-    keys = [SSH_PRIVATE_KEY, KUBECONFIG]
+    # With the ssh-agent no connection carries a key (components/ssh.py says how each provider finds the agent).
+    keys = [KUBECONFIG] if spec.proxmox.ssh_agent else [SSH_PRIVATE_KEY, KUBECONFIG]
     keys.append(PROXMOX_API_TOKEN if spec.proxmox.auth_mode == "token" else PROXMOX_PASSWORD)
     if spec.kubernetes.join_method == "kubeadm":
         keys += [JOIN_TOKEN, CA_CERT_HASH]
@@ -124,7 +127,7 @@ def load(namespace: str | None = None) -> tuple[ClusterSpec, Secrets]:
     token_mode = spec.proxmox.auth_mode == "token"
     # Optional ones are still read as secrets: a password given in token mode unlocks root-only features.
     secrets = Secrets(
-        ssh_private_key=cfg.require_secret(SSH_PRIVATE_KEY.key),
+        ssh_private_key=None if spec.proxmox.ssh_agent else cfg.require_secret(SSH_PRIVATE_KEY.key),
         kubeconfig=cfg.require_secret(KUBECONFIG.key),
         proxmox_api_token=secret(PROXMOX_API_TOKEN, token_mode),
         proxmox_password=secret(PROXMOX_PASSWORD, not token_mode),

@@ -79,14 +79,17 @@ def test_the_rules_would_catch_an_object_type_and_a_namespaced_default() -> None
 
 
 def _always_required() -> set[str]:
-    """The secret keys every spec needs, whatever its auth mode, join method and vGPU use."""
+    """The secret keys every spec needs, whatever its auth mode, join method, vGPU use and SSH authentication."""
     needed = []
-    for auth, join, vgpu in itertools.product(("token", "password"), ("kubeadm", "none"), (False, True)):
+    combos = itertools.product(("token", "password"), ("kubeadm", "none"), (False, True), (False, True))
+    for auth, join, vgpu, agent in combos:
         raw = make_vm_worker(base_spec(), 2, "vm-vgpu") if vgpu else base_spec()
         raw["proxmox"]["authMode"] = auth
+        raw["proxmox"]["sshAgent"] = agent
         raw["kubernetes"]["joinMethod"] = join
         needed.append({s.key for s in required_secrets(load_spec(raw))})
-    assert {"vgpuRegistryPassword", "proxmoxPassword", "kubeadmJoinToken"} <= set.union(*needed)  # combos covered
+    covered = {"vgpuRegistryPassword", "proxmoxPassword", "kubeadmJoinToken", "sshPrivateKey"}
+    assert covered <= set.union(*needed)  # combos covered
     return set.intersection(*needed)
 
 
@@ -94,7 +97,8 @@ def test_declared_keys_are_the_spec_and_exactly_the_secrets_every_stack_needs() 
     decls = declarations()
     assert decls[SPEC_KEY].get("description") and set(decls[SPEC_KEY]) == {"description"}  # required, untyped
     typed_secrets = {k for k, d in decls.items() if d.get("secret")}
-    assert typed_secrets == _always_required() == {"sshPrivateKey", "kubeconfig"}
+    # sshPrivateKey is not declared: with proxmox.sshAgent (the repository's stacks) no stack needs it.
+    assert typed_secrets == _always_required() == {"kubeconfig"}
     for key in typed_secrets:
         assert decls[key]["type"] == "string" and decls[key]["description"], key
     undeclared = {k for k in decls if ":" not in k} - {SPEC_KEY} - {s.key for s in ALL_SECRETS}
@@ -103,13 +107,10 @@ def test_declared_keys_are_the_spec_and_exactly_the_secrets_every_stack_needs() 
 
 def test_pulumi_accepts_every_stack_file_once_its_secrets_are_set() -> None:
     decls = declarations()
-    secrets = {f"{PROJECT}:{key}": {"secure": "v1:encrypted"} for key in ("sshPrivateKey", "kubeconfig")}
+    secrets = {f"{PROJECT}:kubeconfig": {"secure": "v1:encrypted"}}
     for path in sorted(ROOT.glob("Pulumi.*.yaml")):
         stack = yaml.safe_load(path.read_text())
-        assert merge_problems(decls, stack) == [
-            "missing configuration value 'sshPrivateKey'",
-            "missing configuration value 'kubeconfig'",
-        ], path
+        assert merge_problems(decls, stack) == ["missing configuration value 'kubeconfig'"], path
         stack["config"].update(secrets)
         assert merge_problems(decls, stack) == [], path
     plain = {"config": {f"{PROJECT}:{SPEC_KEY}": {}, **secrets, f"{PROJECT}:kubeconfig": "apiVersion: v1"}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pulumi
@@ -13,7 +14,7 @@ from proxmox_gpu_cluster.cluster.builders import (
     build_mig_rollouts,
     build_retirements,
 )
-from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers
+from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers, ssh_key
 from proxmox_gpu_cluster.cluster.proxmox_layer import build_proxmox
 from proxmox_gpu_cluster.core.capacity import capacity_output, quota_warnings
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes, monitoring_targets
@@ -98,7 +99,9 @@ class GpuCluster(pulumi.ComponentResource):
         ``secrets`` as children of this component. ``aliases_from_stack_root``: the stack created these resources
         at its root, without the ``<name>-`` prefix, before this component existed (this repository's stacks did
         until 2026-11); every direct child then carries an alias to that old URN and its children inherit it, so
-        Pulumi moves them instead of replacing them. Leave it off in a new program."""
+        Pulumi moves them instead of replacing them. Leave it off in a new program. ``secrets.ssh_private_key``:
+        None with ``proxmox.sshAgent`` (the ssh-agent authenticates; a key given anyway is not used), required
+        without it."""
         if aliases_from_stack_root:
             opts = pulumi.ResourceOptions.merge(
                 opts, pulumi.ResourceOptions(transformations=[_alias_from_root(self, f"{name}-")])
@@ -108,6 +111,8 @@ class GpuCluster(pulumi.ComponentResource):
         self.providers = providers or default_providers(name, spec, secrets, parent=self)
         child = pulumi.ResourceOptions(parent=self)
         layer = build_proxmox(
+        # With the agent no connection (nor the Proxmox provider) gets the key, so no step's state holds it.
+        secrets = replace(secrets, ssh_private_key=ssh_key(spec, secrets, name))
             spec,
             prefix=name,
             parent=self,

@@ -13,14 +13,17 @@ import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 import pulumi_proxmoxve as proxmoxve
 
+from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
 
 
 @dataclass(frozen=True)
 class Secrets:
-    """Secret inputs, each a secret Output (None where the spec does not need it)."""
+    """Secret inputs, each a secret Output (None where the spec does not need it: ``ssh_private_key`` with
+    ``proxmox.sshAgent``, where the ssh-agent authenticates instead)."""
 
-    ssh_private_key: pulumi.Output[str]
+    ssh_private_key: pulumi.Output[str] | None
     kubeconfig: pulumi.Output[str]
     proxmox_api_token: pulumi.Output[str] | None = None
     proxmox_password: pulumi.Output[str] | None = None
@@ -44,9 +47,14 @@ def proxmox_provider(
     """The Proxmox provider: API token by default, user + password in password mode.
 
     Its SSH settings serve the provider's own file uploads (cloud-init snippets), which the Proxmox API cannot
-    do; nodes are listed explicitly so the provider does not have to guess their addresses.
+    do; nodes are listed explicitly so the provider does not have to guess their addresses. With
+    ``proxmox.sshAgent`` it gets ``agent: true`` and no key: in bpg/terraform-provider-proxmox (v0.104.0, what
+    pulumi-proxmoxve v8.1.0 wraps; v0.111.1 in v8.3.0 alike), proxmox/ssh/client.go ``openNodeShell`` tries the
+    agent first (``createSSHClientAgent``: the socket in ``agent_socket``, default ``SSH_AUTH_SOCK`` or
+    ``PROXMOX_VE_SSH_AUTH_SOCK``, fwprovider/provider.go), then a private key, then the password.
     """
     px = spec.proxmox
+    key = ssh_key(spec, secrets, name)
     token_mode = px.auth_mode == "token"
     return proxmoxve.Provider(
         name,
@@ -58,12 +66,24 @@ def proxmox_provider(
             password=None if token_mode else secrets.proxmox_password,
             ssh=proxmoxve.ProviderSshArgs(
                 username=px.ssh_user,
-                private_key=secrets.ssh_private_key,
+                private_key=key,
+                agent=True if key is None else None,
                 nodes=[proxmoxve.ProviderSshNodeArgs(name=n.name, address=n.ssh_address) for n in px.nodes],
             ),
         ),
         opts=opts,
     )
+
+
+def ssh_key(spec: ClusterSpec, secrets: Secrets, component: str = "GpuCluster") -> pulumi.Output[str] | None:
+    """The key every SSH connection carries: None with ``proxmox.sshAgent`` (the ssh-agent; a key in ``secrets`` is
+    then left unused, so no state holds it), else ``secrets.ssh_private_key``, which must then be set."""
+    if spec.proxmox.ssh_agent:
+        return None
+    if secrets.ssh_private_key is None:
+        problem = Problem("secrets.ssh_private_key", "required without proxmox.sshAgent (or turn the agent on)")
+        raise InvalidComponentArgs(component, [problem])
+    return secrets.ssh_private_key
 
 
 def default_providers(prefix: str, spec: ClusterSpec, secrets: Secrets, *, parent: pulumi.Resource) -> Providers:

@@ -41,13 +41,14 @@ def build_proxmox(
     parent: pulumi.Resource,
     proxmox: proxmoxve.Provider,
     host_command: command.Provider,
-    ssh_private_key: pulumi.Input[str],
+    ssh_private_key: pulumi.Input[str] | None,
 ) -> ProxmoxLayer:
     """Preflight every node first (an error stops the program before anything registers past the providers),
     then per node: host prep (opt-in) -> PCI mappings -> boot files -> the node's worker VMs.
 
     Host prep and the mappings follow the GPUs a node declares, not the workers that claim them: adding, removing
-    or moving a worker changes nothing on the host.
+    or moving a worker changes nothing on the host. ``ssh_private_key``: None means the ssh-agent
+    (``proxmox.sshAgent``), and no step carries a key.
     """
     preflights: dict[str, NodePreflight] = run_preflight(spec, proxmox, parent=parent)
     child = pulumi.ResourceOptions(parent=parent)

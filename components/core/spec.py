@@ -152,7 +152,15 @@ class ProxmoxSpec(SpecModel):
     ssh_user: str = Field(
         default="root",
         pattern=r"^[a-z_][a-z0-9_-]{0,31}$",
-        description="SSH user on the Proxmox nodes (host preparation, snippet uploads); key in ``sshPrivateKey``.",
+        description="SSH user on the Proxmox nodes (host preparation, snippet uploads); key in ``sshPrivateKey``, "
+        "or the ssh-agent with ``sshAgent``.",
+    )
+    ssh_agent: bool = Field(
+        default=False,
+        description="Authenticate every SSH connection (the Proxmox nodes' and the worker VMs' steps, the Proxmox "
+        "provider's snippet uploads) with the ssh-agent of the machine that runs ``pulumi up`` (``SSH_AUTH_SOCK``) "
+        "instead of the ``sshPrivateKey`` secret, which is then not needed: no step's state holds the key. Without "
+        "it the key is an input of every remote step, about 11 copies per worker in the state.",
     )
     nodes: tuple[ProxmoxNode, ...] = Field(
         min_length=1, max_length=256, description="Proxmox nodes this stack manages."
@@ -234,7 +242,7 @@ class GuestSpec(SpecModel):
         min_length=1,
         max_length=64,
         description="Public keys cloud-init installs for each worker's user; the matching private key is the "
-        "``sshPrivateKey`` secret the guest bootstrap connects with.",
+        "``sshPrivateKey`` secret the guest bootstrap connects with (or a key in the ssh-agent, ``proxmox.sshAgent``).",
     )
     driver_flavor: Literal["server", "desktop"] = Field(
         default="server",

@@ -35,7 +35,7 @@ class NodeCapacityGate(pulumi.ComponentResource):
         provider: command.Provider,
         host: pulumi.Input[str],
         user: str,
-        ssh_private_key: pulumi.Input[str],
+        ssh_private_key: pulumi.Input[str] | None,
         port: int = 22,
         timeout_seconds: int = 600,
         device_plugin_config: str | None = None,
@@ -46,7 +46,8 @@ class NodeCapacityGate(pulumi.ComponentResource):
     ) -> None:
         """``resources``: extended resource -> count the node must advertise (the capacity table's row).
         ``device_plugin_config``: the config label the node should carry, to name a missing label as the cause.
-        ``depends_on``: the GPU stack (operator release, the node's labels). ``replace_with``: the VM."""
+        ``depends_on``: the GPU stack (operator release, the node's labels). ``replace_with``: the VM.
+        ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key."""
         super().__init__("proxmox-gpu-cluster:capacity_gate:NodeCapacityGate", name, None, opts)
         args = capacity_args(node_name, resources, timeout=timeout_seconds, device_plugin_config=device_plugin_config)
         limit = f"{timeout_seconds + 300}s"
@@ -110,7 +111,7 @@ class NodeCapacityGates(pulumi.ComponentResource):
         targets: Mapping[str, GateTarget],
         *,
         provider: command.Provider,
-        ssh_private_key: pulumi.Input[str],
+        ssh_private_key: pulumi.Input[str] | None,
         timeout_seconds: int = 600,
         after: Sequence[pulumi.Resource] = (),
         child_prefix: str | None = None,
@@ -118,7 +119,8 @@ class NodeCapacityGates(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """Gates are named ``<child_prefix>-<node>-capacity`` (default prefix: ``name``). ``child_aliases``: where
-        they were before this group existed (GpuCluster passes ``Alias(parent=<itself>)``)."""
+        they were before this group existed (GpuCluster passes ``Alias(parent=<itself>)``). ``ssh_private_key``:
+        None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key."""
         super().__init__(
             "proxmox-gpu-cluster:capacity_gate:NodeCapacityGates",
             name,

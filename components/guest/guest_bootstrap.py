@@ -78,7 +78,7 @@ class GuestBootstrap(pulumi.ComponentResource):
         provider: command.Provider,
         host: pulumi.Input[str],
         user: str,
-        ssh_private_key: pulumi.Input[str],
+        ssh_private_key: pulumi.Input[str] | None,
         join_token: pulumi.Input[str] | None = None,
         ca_cert_hash: pulumi.Input[str] | None = None,
         kubeconfig: pulumi.Input[str] | None = None,
@@ -91,7 +91,7 @@ class GuestBootstrap(pulumi.ComponentResource):
         makes every step run again. ``join_token``/``ca_cert_hash``: required for join method kubeadm; kept
         secret whatever is passed. ``kubeconfig``: the admin credential a rollout (``bootstrap.rollout``) uses to take a
         slot, cordon, drain and uncordon the node; it reaches the driver and verify steps only inside their secret
-        stdin."""
+        stdin. ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key."""
         super().__init__("proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap", name, None, opts)
         kubeadm = bootstrap.join_method == "kubeadm"
         if kubeadm and (join_token is None or ca_cert_hash is None):

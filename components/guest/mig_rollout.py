@@ -43,7 +43,7 @@ class MigRollout(pulumi.ComponentResource):
         provider: command.Provider,
         host: pulumi.Input[str],
         user: str,
-        ssh_private_key: pulumi.Input[str],
+        ssh_private_key: pulumi.Input[str] | None,
         kubeconfig: pulumi.Input[str],
         port: int = 22,
         after: Sequence[pulumi.Resource] = (),
@@ -51,7 +51,8 @@ class MigRollout(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``bootstrap``: the node's bootstrap spec (its name, API endpoint and ``rollout`` settings). ``after``:
-        what must be done first (the node's bootstrap). ``replace_with``: what makes a fresh machine (the VM)."""
+        what must be done first (the node's bootstrap). ``replace_with``: what makes a fresh machine (the VM).
+        ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key."""
         super().__init__("proxmox-gpu-cluster:mig_rollout:MigRollout", name, None, opts)
         if bootstrap.rollout is None:
             raise InvalidComponentArgs(name, [Problem("bootstrap.rollout", "a MIG rollout needs rollout settings")])

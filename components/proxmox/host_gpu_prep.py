@@ -51,11 +51,12 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
         *,
         ssh_user: str,
         provider: command.Provider,
-        ssh_private_key: pulumi.Input[str],
+        ssh_private_key: pulumi.Input[str] | None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``node``: the Proxmox node as the spec describes it; nothing else feeds host prep, so no change to the
-        workers can change (and so re-run or reboot) it. ``ssh_user``: root, or a user with passwordless sudo."""
+        workers can change (and so re-run or reboot) it. ``ssh_user``: root, or a user with passwordless sudo.
+        ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key."""
         super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
         user = ssh_user
         connection = ssh_connection(node.ssh_address, user, ssh_private_key)

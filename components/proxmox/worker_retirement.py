@@ -46,7 +46,7 @@ class WorkerRetirement(pulumi.ComponentResource):
         host: pulumi.Input[str],
         ssh_user: str,
         guest_user: str,
-        ssh_private_key: pulumi.Input[str],
+        ssh_private_key: pulumi.Input[str] | None,
         kubeconfig: pulumi.Input[str],
         api_endpoint: str,
         drain: DrainSpec,
@@ -62,7 +62,8 @@ class WorkerRetirement(pulumi.ComponentResource):
         (root, or passwordless sudo). ``api_endpoint``: the API server ``host:port`` the node joined through (kubectl
         in the guest uses it; the kubeconfig's own server may be an address only the operator reaches), and the
         kubeconfig must carry its credentials (a client certificate or token; an exec plugin cannot run in the
-        guest). ``kubeadm_reset``: the node joined with kubeadm."""
+        guest). ``kubeadm_reset``: the node joined with kubeadm. ``ssh_private_key``: None means the ssh-agent
+        (``proxmox.sshAgent``), and no step carries a key."""
         super().__init__("proxmox-gpu-cluster:worker_retirement:WorkerRetirement", name, None, opts)
         guest = drain_args(node_name, api_endpoint, drain, kubeadm_reset)
         guest_step = installed_step(guest_user, "drain")

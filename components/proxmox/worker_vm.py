@@ -119,7 +119,8 @@ class GpuWorkerVm(pulumi.ComponentResource):
         the worker clones a template). ``host_command``/``ssh_private_key``: used for the large-BAR setting in
         token mode, through ``qm set`` on the Proxmox node (the node agent's ``large-bar`` step: installed on the node
         by this component, ``<name>-host-agent``, unless ``host_agent_installed`` says another did and it is in
-        ``depends_on``)."""
+        ``depends_on``). ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a
+        key."""
         super().__init__("proxmox-gpu-cluster:worker_vm:GpuWorkerVm", name, None, opts)
         worker = args.worker
         password_mode = args.password_auth
@@ -228,10 +229,8 @@ class GpuWorkerVm(pulumi.ComponentResource):
             static = net.ipv4.split("/")[0]
             address = vm.vm_id.apply(lambda _: static)
         if window_on_host:
-            if host_command is None or ssh_private_key is None or args.node_ssh_address is None:
-                problem = Problem(
-                    "hostCommand", "a large-BAR worker in token mode needs host_command and ssh_private_key"
-                )
+            if host_command is None or args.node_ssh_address is None:
+                problem = Problem("hostCommand", "a large-BAR worker in token mode needs host_command")
                 raise InvalidComponentArgs(name, [problem])
             user = args.node_ssh_user
             connection = ssh_connection(args.node_ssh_address, user, ssh_private_key)
