@@ -108,11 +108,11 @@ class GpuCluster(pulumi.ComponentResource):
             )
         super().__init__("proxmox-gpu-cluster:cluster:GpuCluster", name, None, opts)
         self.spec = spec
+        # With the agent no connection (nor the Proxmox provider) gets the key, so no step's state holds it.
+        secrets = replace(secrets, ssh_private_key=ssh_key(spec, secrets, name))
         self.providers = providers or default_providers(name, spec, secrets, parent=self)
         child = pulumi.ResourceOptions(parent=self)
         layer = build_proxmox(
-        # With the agent no connection (nor the Proxmox provider) gets the key, so no step's state holds it.
-        secrets = replace(secrets, ssh_private_key=ssh_key(spec, secrets, name))
             spec,
             prefix=name,
             parent=self,
