@@ -179,7 +179,26 @@ def alert_rules(alerts: AlertsSpec, *, exporter_nodes: Sequence[str], row_remapp
     return rules
 
 
+USAGE_GROUP = "nvidia-gpu-usage"
+USAGE_FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
+"""The fields the recording rules read (both are alert fields too, so a spec with alerts exports them)."""
+
+
+def usage_rules() -> list[dict[str, Any]]:
+    """Recording rules for GPU use per namespace (level:metric:operation names, Prometheus' rule naming). They
+    read the namespace dcgm-exporter gives the series of a GPU a pod uses, kept by the ServiceMonitor's honorLabels;
+    a GPU no pod uses has no namespace and is left out."""
+    used = '{namespace!=""}'
+    return [
+        {"record": "namespace:nvidia_gpu_in_use:count", "expr": f"count by (namespace) (DCGM_FI_DEV_FB_USED{used})"},
+        {"record": "namespace:nvidia_gpu_utilization_percent:avg",
+         "expr": f"avg by (namespace) (DCGM_FI_DEV_GPU_UTIL{used})"},
+        {"record": "namespace:nvidia_gpu_framebuffer_used_mib:sum",
+         "expr": f"sum by (namespace) (DCGM_FI_DEV_FB_USED{used})"},
+    ]  # fmt: skip
+
+
 def prometheus_rule_spec(alerts: AlertsSpec, *, exporter_nodes: Sequence[str], row_remapping: bool) -> dict[str, Any]:
-    """``spec`` of the PrometheusRule holding the GPU alert rules."""
+    """``spec`` of the PrometheusRule: the GPU alert rules, and the recording rules of GPU use per namespace."""
     rules = alert_rules(alerts, exporter_nodes=exporter_nodes, row_remapping=row_remapping)
-    return {"groups": [{"name": GROUP, "rules": rules}]}
+    return {"groups": [{"name": GROUP, "rules": rules}, {"name": USAGE_GROUP, "rules": usage_rules()}]}

@@ -48,6 +48,11 @@ def service_monitor_spec(monitoring: MonitoringSpec, operator_namespace: str) ->
                 "port": EXPORTER_PORT,
                 "path": "/metrics",
                 "interval": monitoring.scrape_interval,
+                # dcgm-exporter labels a GPU's series with the namespace, pod and container using it (its
+                # Kubernetes mapping, on in the GPU Operator). The target itself has namespace and pod labels (the
+                # exporter's), so without honorLabels Prometheus renames the exporter's to exported_namespace and
+                # exported_pod (Prometheus configuration: honor_labels) and GPU use per namespace cannot be queried.
+                "honorLabels": True,
                 # One exporter pod per node: name the target after the node rather than the pod IP.
                 "relabelings": [
                     {

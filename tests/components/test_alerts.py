@@ -14,7 +14,15 @@ import yaml
 
 from proxmox_gpu_cluster.core.dcgm_fields import ALERT_FIELDS, DEFAULT_FIELDS
 from proxmox_gpu_cluster.core.monitoring_spec import AlertsSpec
-from proxmox_gpu_cluster.render.alerts import EXPORTER_JOB, alert_rules, prometheus_rule_spec, promql_string
+from proxmox_gpu_cluster.render.alerts import (
+    EXPORTER_JOB,
+    USAGE_FIELDS,
+    USAGE_GROUP,
+    alert_rules,
+    prometheus_rule_spec,
+    promql_string,
+    usage_rules,
+)
 from tests.support import promql_metrics, promtool
 
 NODES = ("gpu-a", "gpu-b")
@@ -195,3 +203,30 @@ def test_the_monitoring_docs_list_every_alert_and_default_metric() -> None:
     documented = set(re.findall(r"^\| `(Gpu\w+)` \|", docs, flags=re.MULTILINE))
     assert documented == set(ALL_ALERTS)
     assert all(f"`{metric}`" in docs for metric in DEFAULT_FIELDS)
+
+
+def test_usage_rules_sum_gpu_use_per_namespace_as_promtool_evaluates_them(tmp_path: Path) -> None:
+    # Three GPUs: two used by pods of team-a, one idle (no namespace label from dcgm-exporter): the idle one counts
+    # nowhere. The rules read only fields the alert rules already require.
+    assert set(USAGE_FIELDS) <= set(ALERT_FIELDS)
+    usage = prometheus_rule_spec(AlertsSpec(), exporter_nodes=NODES, row_remapping=True)["groups"][1]
+    assert usage["name"] == USAGE_GROUP and usage["rules"] == usage_rules()
+    for rule in usage["rules"]:
+        assert promql_metrics(rule["expr"]) <= set(USAGE_FIELDS), rule["record"]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [usage]}))
+    gpus = [({**GPU, "gpu": "0", "namespace": "team-a"}, "60x10", "1000x10"),
+            ({**GPU, "gpu": "1", "namespace": "team-a"}, "20x10", "3000x10"),
+            ({**GPU, "gpu": "2"}, "0x10", "0x10")]  # fmt: skip
+    inputs = [s for labels, util, fb in gpus for s in (series("DCGM_FI_DEV_GPU_UTIL", util, labels),
+                                                         series("DCGM_FI_DEV_FB_USED", fb, labels))]  # fmt: skip
+    expect = {"namespace:nvidia_gpu_in_use:count": 2, "namespace:nvidia_gpu_utilization_percent:avg": 40,
+              "namespace:nvidia_gpu_framebuffer_used_mib:sum": 4000}  # fmt: skip
+    checks = [{"expr": name, "eval_time": "5m", "exp_samples": [{"labels": f'{name}{{namespace="team-a"}}',
+                                                                 "value": value}]}
+              for name, value in expect.items()]  # fmt: skip
+    test = {"interval": "1m", "input_series": inputs, "promql_expr_test": checks}
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "tests": [test]}))
+    result = subprocess.run(
+        [str(promtool()), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

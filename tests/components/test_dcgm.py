@@ -137,3 +137,6 @@ def test_service_monitor_targets_the_operator_exporter_service() -> None:
     assert sm["selector"] == {"matchLabels": {"app": "nvidia-dcgm-exporter"}}
     assert sm["jobLabel"] == "app"  # job="nvidia-dcgm-exporter", what the exporter alerts select
     assert sm["endpoints"][0]["port"] == "gpu-metrics"
+    # The exporter's namespace/pod labels name the workload's; kept, not renamed exported_* (the usage rules group
+    # by namespace).
+    assert sm["endpoints"][0]["honorLabels"] is True
