@@ -158,13 +158,17 @@ def retire(kube: Kube, node: str, timeout: int, *, emptydir: bool, force: bool, 
         say(f"retire: drained {node}")
     else:
         say(f"retire: {node} is not in the cluster; nothing to drain")
-    for argv in [["systemctl", "stop", "kubelet"]] * (reset and present) + [["delete"]] * present + [
-            ["kubeadm", "reset", "--force"]] * reset:  # fmt: skip
-        if argv == ["delete"]:
-            kube("delete", "node", node, "--ignore-not-found")
-            say(f"retire: deleted Node {node}")
-            continue
+
+    def run(*argv: str) -> None:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode:
             raise Failure("drain", " ".join(argv), "exit 0", str(proc.returncode), proc.stderr)
         say(f"retire: {' '.join(argv[:2])}")
+
+    if reset and present:
+        run("systemctl", "stop", "kubelet")  # a running kubelet would register the deleted Node again
+    if present:
+        kube("delete", "node", node, "--ignore-not-found")
+        say(f"retire: deleted Node {node}")
+    if reset:
+        run("kubeadm", "reset", "--force")
