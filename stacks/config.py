@@ -9,6 +9,7 @@ mode, join method). Every problem, in the spec or a missing secret, is reported 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -97,6 +98,20 @@ def secret_problems(
     return lines
 
 
+def agent_problems(namespace: str, spec: ClusterSpec, environ: Mapping[str, str], dry_run: bool) -> list[str]:
+    """With ``proxmox.sshAgent``, an ``up`` (not a preview, which connects nowhere) where no agent socket is set.
+
+    The providers are started by the same ``pulumi`` process as the program and inherit its environment, and both
+    find the agent through ``SSH_AUTH_SOCK`` (components/ssh.py, cluster/providers.py); without it every SSH step
+    would fail on its own with no authentication method, after its dial retries."""
+    if not spec.proxmox.ssh_agent or dry_run or environ.get("SSH_AUTH_SOCK"):
+        return []
+    return [
+        f"{namespace}:{SPEC_KEY}.proxmox.sshAgent: the ssh-agent is on but SSH_AUTH_SOCK is not set where pulumi "
+        'runs; start one and load the key first (eval "$(ssh-agent)"; ssh-add ~/.ssh/id_ed25519)'
+    ]
+
+
 def parse_spec(raw: Any, namespace: str = PROJECT) -> ClusterSpec:
     """Validate the raw ``cluster`` value; InvalidStackConfig lists every problem."""
     if raw is None:
@@ -115,6 +130,7 @@ def load(namespace: str | None = None) -> tuple[ClusterSpec, Secrets]:
     raw = _config_object(ns, SPEC_KEY, "a mapping (the cluster spec)")
     spec = parse_spec(raw, ns)
     problems = secret_problems(ns, required_secrets(spec), cfg.get, pulumi.runtime.is_config_secret)
+    problems += agent_problems(ns, spec, os.environ, pulumi.runtime.is_dry_run())
     if problems:
         raise InvalidStackConfig(problems)
 

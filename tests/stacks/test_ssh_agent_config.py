@@ -13,7 +13,7 @@ import yaml
 
 from proxmox_gpu_cluster import GpuCluster, export
 from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.stacks.config import InvalidStackConfig, load
+from proxmox_gpu_cluster.stacks.config import InvalidStackConfig, agent_problems, load
 from proxmox_gpu_cluster.testing import Recording, RecordingMocks, run, unwrap
 from proxmox_gpu_cluster.testing_pci import pci_invokes
 from tests.support import ROOT, SECRETS, base_spec, stack_config
@@ -108,3 +108,31 @@ def test_the_repository_stacks_use_the_agent_and_plan_without_the_key(stack: str
     assert known_connections(rec) >= 10 and private_keys(rec) == []
     provider = json.loads(unwrap(rec.one("pulumi:providers:proxmoxve").inputs["ssh"]))
     assert provider["agent"] is True
+
+
+NO_AGENT_LINE = (
+    "proxmox-gpu-cluster:cluster.proxmox.sshAgent: the ssh-agent is on but SSH_AUTH_SOCK is not set where pulumi "
+    'runs; start one and load the key first (eval "$(ssh-agent)"; ssh-add ~/.ssh/id_ed25519)'
+)
+
+
+def test_an_up_with_the_agent_on_and_no_agent_socket_stops_before_any_resource(monkeypatch: Any) -> None:
+    raw = base_spec()
+    raw["proxmox"]["sshAgent"] = True
+    config, keys = stack_config(raw, WITHOUT_KEY)
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    with pytest.raises(InvalidStackConfig) as info:
+        run(program, config=config, secret_keys=keys, preview=False)
+    assert info.value.lines == [NO_AGENT_LINE]
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/agent.sock")
+    run(load, config=config, secret_keys=keys, preview=False)  # loads (raises otherwise)
+
+
+def test_the_agent_socket_is_needed_only_by_an_up_with_the_agent() -> None:
+    spec = load_spec({**base_spec(), "proxmox": {**base_spec()["proxmox"], "sshAgent": True}})
+    key_spec = load_spec(base_spec())
+    assert agent_problems("proxmox-gpu-cluster", spec, {}, dry_run=False) == [NO_AGENT_LINE]
+    assert agent_problems("proxmox-gpu-cluster", spec, {"SSH_AUTH_SOCK": ""}, dry_run=False) == [NO_AGENT_LINE]
+    assert agent_problems("proxmox-gpu-cluster", spec, {"SSH_AUTH_SOCK": "/run/a.sock"}, dry_run=False) == []
+    assert agent_problems("proxmox-gpu-cluster", spec, {}, dry_run=True) == []
+    assert agent_problems("proxmox-gpu-cluster", key_spec, {}, dry_run=False) == []
