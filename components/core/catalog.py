@@ -109,6 +109,8 @@ class GpuModel:
     """MIG geometry; None for GPUs without MIG."""
     vgpu_board: str | None = None
     """Board prefix of this model's NVIDIA vGPU types (``A10`` in ``A10-24Q``); None if we carry no vGPU data."""
+    sxm: bool = False
+    """An SXM module (HGX/DGX boards: NVLink through NVSwitches or a direct mesh) rather than a PCIe card."""
     extra_function_ids: tuple[str, ...] = field(default=())
     """Device ids of other PCI functions on the same card that must go to vfio-pci too (e.g. an audio
     function); empty for the compute GPUs here, which expose a single function."""
@@ -257,6 +259,7 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_name="GA100 [A100 SXM4 40GB]",
         product="NVIDIA-A100-SXM4-40GB",
         memory_mib=40960,
+        sxm=True,
         large_bar=True,
         row_remapping=True,
         min_driver_branch=450,
@@ -269,6 +272,7 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_name="GA100 [A100 SXM4 80GB]",
         product="NVIDIA-A100-SXM4-80GB",
         memory_mib=81920,
+        sxm=True,
         large_bar=True,
         row_remapping=True,
         min_driver_branch=450,
@@ -316,6 +320,7 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_name="GH100[H100 SXM5 80GB]",
         product="NVIDIA-H100-80GB-HBM3",
         memory_mib=81920,
+        sxm=True,
         large_bar=True,
         row_remapping=True,
         min_driver_branch=520,
@@ -328,6 +333,7 @@ _MODELS: tuple[GpuModel, ...] = (
         pci_name="GH100 [H200 SXM 141GB]",
         product="NVIDIA-H200",
         memory_mib=144384,
+        sxm=True,
         large_bar=True,
         row_remapping=True,
         min_driver_branch=550,

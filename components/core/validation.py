@@ -31,6 +31,13 @@ DRA_MIN_DRIVER_BRANCH = 580
 OPEN_MODULES_FIRST_BRANCH = 515
 """NVIDIA published the open GPU kernel modules with R515 (github.com/NVIDIA/open-gpu-kernel-modules)."""
 
+SXM_REASON = (
+    "passed through to a VM without its board's NVSwitches and Fabric Manager, its NVLink fabric stays 'In "
+    "Progress' and CUDA refuses to start (NVIDIA Fabric Manager User Guide; GPU Operator: fabric manager runs "
+    "with the driver on the host); run the board as a bare-metal node (ExistingGpuNode) instead"
+)
+"""Why an SXM GPU cannot be a worker's passthrough GPU."""
+
 T = TypeVar("T")
 
 
@@ -116,6 +123,8 @@ def _gpu_claims(spec: ClusterSpec) -> list[Problem]:
                 names = ", ".join(g.name for g in spec.node(w.node).gpus) or "none"
                 out.append(Problem(path, f"no GPU {claim.ref!r} on Proxmox node {w.node!r} (known: {names})"))
                 continue
+            if CATALOG[host.model].sxm:
+                out.append(Problem(path, f"GPU {w.node}/{claim.ref} is an {host.model}, an SXM module: {SXM_REASON}"))
             if host.console:
                 out.append(
                     Problem(

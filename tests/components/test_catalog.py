@@ -49,6 +49,16 @@ def test_ids_and_names_match_pci_ids(key: str) -> None:
         assert devices[device] == m.pci_name, f"{key}: pci.ids names 10de:{device} {devices[device]!r}"
 
 
+def test_sxm_modules_are_the_models_whose_device_name_says_sxm() -> None:
+    # pci.ids names the form factor ("GA100 [A100 SXM4 40GB]", "GH100 [H200 SXM 141GB]"); the flag that refuses
+    # them as passthrough GPUs follows it (the installed name where pci.ids knows the id, else the catalog's).
+    devices = nvidia_devices()
+    for key, m in CATALOG.items():
+        name = devices.get(m.device_ids[0], m.pci_name)
+        assert m.sxm == ("SXM" in name), f"{key}: {name!r}"
+    assert {k for k, m in CATALOG.items() if m.sxm} >= {"A100-SXM4-80GB", "H100-SXM5-80GB"}
+
+
 def test_pci_ids_covers_most_of_the_catalog() -> None:
     # Guards the skip above: the 2023 pci.ids already knows everything but the newest boards.
     devices = nvidia_devices()

@@ -225,7 +225,7 @@ def test_keys_that_are_fine(key: str) -> None:
     assert load_spec(spec).guest.ssh_public_keys == (key,)
 
 
-@pytest.mark.parametrize("key", sorted(CATALOG))
+@pytest.mark.parametrize("key", sorted(k for k, m in CATALOG.items() if not m.sxm))
 def test_each_models_minimum_branch_is_accepted_and_the_one_below_refused(key: str) -> None:
     model = CATALOG[key]
     spec = base_spec()
@@ -335,3 +335,17 @@ def test_a_slot_lease_shorter_than_the_drain_is_refused() -> None:
     )
     raw["kubernetes"]["drain"]["slotLeaseSeconds"] = 1801
     load_spec(raw)  # accepted
+
+
+@pytest.mark.parametrize("key", sorted(k for k, m in CATALOG.items() if m.sxm))
+def test_an_sxm_gpu_is_refused_as_a_workers_passthrough_gpu(key: str) -> None:
+    spec = base_spec()
+    spec["proxmox"]["nodes"][1]["gpus"] = [{"name": "g0", "pciPath": "0000:17:00", "model": key}]
+    spec["workers"][2].update(gpus=["g0"], sharing="none")
+    spec["workers"][2].pop("timeSlicing")
+    spec["workers"] = spec["workers"][2:]
+    spec["quotas"] = []
+    spec["gpuOperator"].update(driverBranch="580")
+    lines = errors_of(spec)
+    assert_problem(key, lines, "cluster.workers[0].gpus[0].ref", f"is an {key}, an SXM module: passed through to a VM")
+    assert any("ExistingGpuNode" in line for line in lines)
