@@ -147,7 +147,7 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
         toolkit=host_driver,
         toolkit_version=guest.toolkit_version,
         default_runtime=guest.default_runtime,
-        cdi=host_driver and op.cdi,
+        cdi=host_driver and op.cdi_enabled,
         join_method=spec.kubernetes.join_method,
         api_endpoint=spec.kubernetes.api_endpoint,
         kubernetes_minor=spec.kubernetes.minor,

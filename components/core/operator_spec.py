@@ -18,6 +18,11 @@ from proxmox_gpu_cluster.core.spec_base import (
     Text,
     on_branch,
 )
+from proxmox_gpu_cluster.core.validation_operator import cuda_image_problem
+
+CHART_CDI_DEFAULT = {"v26.7.0": True, "v25.10.1": True}
+"""``cdi.enabled`` in each pinned chart's values.yaml (on since v25.10.0, NVIDIA cloud-native-docs cdi.rst);
+tests/components/test_operator_support.py reads the charts and compares."""
 
 
 class SmokeTestSpec(SpecModel):
@@ -27,7 +32,8 @@ class SmokeTestSpec(SpecModel):
     image: str = Field(
         default="nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04",
         pattern=r"^[a-z0-9][a-z0-9./_:@-]*$",
-        description="Container image; the NVIDIA runtime injects nvidia-smi from the host driver.",
+        description="Container image; the NVIDIA runtime injects nvidia-smi from the host driver. An NVIDIA CUDA "
+        "image (``.../cuda:<X.Y...>-...``) must run on ``driverBranch`` (CUDA minor-version compatibility).",
     )
     timeout_seconds: Int = Field(default=600, ge=60, le=7200, description="activeDeadlineSeconds of the Job.")
 
@@ -105,7 +111,11 @@ class GpuOperatorSpec(SpecModel):
     kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
         default="auto", description="Open or proprietary kernel modules; auto lets the driver choose."
     )
-    cdi: bool = Field(default=False, description="Use the Container Device Interface.")
+    cdi: bool | None = Field(
+        default=None,
+        description="Use the Container Device Interface. Unset: the pinned chart's default (on since v25.10) in "
+        "operator mode, off in host mode, whose containerd the operator does not configure (docs/gpu-stack.md).",
+    )
     dcgm: bool = Field(default=True, description="Deploy the DCGM exporter.")
     mig_strategy: Literal["none", "single", "mixed"] = Field(
         default="none",
@@ -132,6 +142,17 @@ class GpuOperatorSpec(SpecModel):
             problems.append(Problem("monitoring.prometheus", "needs the operator's DCGM exporter (enabled, dcgm)"))
         if self.smoke_test.enabled and not self.enabled:
             problems.append(Problem("smokeTest.enabled", "the smoke test runs after the operator (enabled: false)"))
+        cuda = cuda_image_problem(self.smoke_test.image, self.driver_branch) if self.smoke_test.enabled else None
+        if cuda is not None:
+            problems.append(Problem("smokeTest.image", cuda))
         if problems:
             raise SpecViolations(problems)
         return self
+
+    @property
+    def cdi_enabled(self) -> bool:
+        """Whether the operator (and, in host mode, the guest) uses CDI: ``cdi`` if set, else the chart's default
+        in operator mode and off in host mode (see the field)."""
+        if self.cdi is not None:
+            return self.cdi
+        return self.driver_mode == "operator" and CHART_CDI_DEFAULT[self.chart_version]

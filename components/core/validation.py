@@ -17,6 +17,7 @@ from proxmox_gpu_cluster.core.inventory import effective_mig, find_host_gpu, wor
 from proxmox_gpu_cluster.core.mig import mig_config_problems
 from proxmox_gpu_cluster.core.validation_hosts import host_problems
 from proxmox_gpu_cluster.core.validation_kubevirt import kubevirt_problems, vm_worker_problems
+from proxmox_gpu_cluster.core.validation_operator import operator_problems
 
 if TYPE_CHECKING:
     # Types only: the spec module runs the cross-field validation, which imports this module.
@@ -49,6 +50,7 @@ def cross_check(spec: ClusterSpec) -> list[Problem]:
     problems.extend(_driver_branch(spec))
     problems.extend(_operator_driver_version(spec))
     problems.extend(_operator_off(spec))
+    problems.extend(operator_problems(spec))
     problems.extend(_mig_strategy(spec))
     problems.extend(_dra(spec))
     problems.extend(kubevirt_problems(spec))

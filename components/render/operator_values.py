@@ -88,10 +88,12 @@ def operator_values(
     host_driver = op.driver_mode == "host"
     values: dict[str, Any] = {
         "nfd": {"enabled": op.nfd},
-        # With the driver and toolkit installed on the host, CDI stays off by default: the host toolkit's
-        # runtime configuration does not generate CDI specs unless asked (nvidia-ctk cdi generate), and a
-        # stale spec after a MIG change breaks pod starts. Turn it on in the spec when the host generates them.
-        "cdi": {"enabled": op.cdi},
+        # Always explicit, the chart's own default unless the spec says otherwise (GpuOperatorSpec.cdi_enabled).
+        # In host mode the default is off: with cdi.enabled the device plugin hands out devices as CDI names
+        # (DEVICE_LIST_STRATEGY cdi-annotations,cdi-cri, gpu-operator controllers/object_controls.go) that
+        # containerd itself must resolve, and only the operator's toolkit container, disabled in host mode,
+        # turns on containerd's CDI support (enable_cdi, off by default before containerd 2.0).
+        "cdi": {"enabled": op.cdi_enabled},
         "mig": {"strategy": op.mig_strategy},
         "driver": {"enabled": not host_driver},
         "toolkit": {"enabled": not host_driver},
