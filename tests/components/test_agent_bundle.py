@@ -79,10 +79,15 @@ def test_the_python_modules_ride_with_the_steps_that_call_them() -> None:
     for step in (*GUEST_STEPS, *HOST_STEPS):
         text = dict(bundle_files(step))["step.sh"].decode()
         modules = [n for n, _ in bundle_files(step) if n.endswith(".py")]
-        called = sorted(set(re.findall(r"\$PGC_AGENT_DIR/([a-z_]+\.py)", text)))
-        assert modules == called, step  # exactly what its scripts call, so a module change re-runs only them
+        called = set(re.findall(r"\$PGC_AGENT_DIR/([a-z_]+\.py)", text))
+        for module in sorted(called):  # and the agent modules those import from their own directory
+            source = (scripts.parent / "agent" / module).read_text()
+            imported = {f"{m}.py" for m in re.findall(r"^\s*from (\w+) import", source, re.MULTILINE)}
+            called |= {m for m in imported if (scripts.parent / "agent" / m).exists()}
+        assert modules == sorted(called), step  # exactly what its scripts need, so a module change re-runs only them
     assert [n for n, _ in bundle_files("capacity") if n.endswith(".py")] == ["capacity.py"]
     assert "cluster.py" not in dict(bundle_files("capacity"))
+    assert [n for n, _ in bundle_files("drain") if n.endswith(".py")] == ["cluster.py", "kubeapi.py"]
     assert (scripts / "agent_prologue.sh").exists()
 
 
@@ -109,14 +114,26 @@ def run_step(bundle: Path, stdin: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_prologue_decodes_exactly_the_secrets_it_is_given(tmp_path: Path) -> None:
-    bundle = fake_bundle(
-        tmp_path, 'printf "%s|%s|%s" "$PGC_KUBECONFIG" "$PGC_JOIN_TOKEN" "${PGC_CA_CERT_HASH:-unset}"\n'
-    )
-    kubeconfig = "apiVersion: v1\nclusters:\n- name: 'it''s' \"quoted\" $(not run) `nor this`\n"
-    proc = run_step(bundle, secrets_stdin({"PGC_KUBECONFIG": kubeconfig, "PGC_JOIN_TOKEN": "abcdef.0123456789abcdef"}))
+    bundle = fake_bundle(tmp_path, 'printf "%s|%s" "$PGC_JOIN_TOKEN" "${PGC_CA_CERT_HASH:-unset}"\n')
+    token = "abcdef.0123456789abcdef 'it''s' \"quoted\" $(not run) `nor this`\n"
+    proc = run_step(bundle, secrets_stdin({"PGC_JOIN_TOKEN": token}))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == kubeconfig.rstrip("\n") + "|abcdef.0123456789abcdef|unset"
-    assert run_step(bundle, "").stdout == "||unset" or run_step(bundle, "").returncode != 0  # set -u: unset names fail
+    assert proc.stdout == token.rstrip("\n") + "|unset"
+    assert run_step(bundle, "").stdout == "|unset" or run_step(bundle, "").returncode != 0  # set -u: unset names fail
+
+
+def test_the_prologue_refuses_an_admin_kubeconfig(tmp_path: Path) -> None:
+    # No admin credential reaches a machine any more (the node steps act as the node): the name is refused, in the
+    # renderer and on the machine, without echoing the value.
+    bundle = fake_bundle(tmp_path, 'echo "ran ${PGC_KUBECONFIG:-unset}"\n')
+    canary = "apiVersion: v1\nusers:\n- user: {token: SECRET-CANARY-KUBECONFIG}\n"
+    stdin = f"PGC_KUBECONFIG={base64.b64encode(canary.encode()).decode()}\n"
+    proc = run_step(bundle, stdin)
+    assert proc.returncode == 2 and "ran" not in proc.stdout
+    assert proc.stderr.startswith("agent: stdin: expected NAME=<base64> lines for PGC_JOIN_TOKEN or PGC_CA_CERT_HASH")
+    assert "CANARY" not in proc.stdout + proc.stderr
+    with pytest.raises(ValueError, match="not a secret a step reads: PGC_KUBECONFIG"):
+        secrets_stdin({"PGC_KUBECONFIG": canary})
 
 
 def test_the_prologue_refuses_other_lines_without_echoing_them(tmp_path: Path) -> None:
