@@ -1,7 +1,7 @@
 """A MIG geometry change on a live node (guest_mig.sh): drained through a rollout slot before the label changes,
 uncordoned only once mig-manager reports success; a failure names the node, the geometry and where to look, and the
-node stays cordoned keeping its slot until a later end passes. Run as machines run it: the agent bundle's step.sh
-with the kubeconfig on stdin."""
+node stays cordoned keeping its slot until a later end passes. Run as machines run it: the agent bundle's step.sh,
+nothing on stdin, acting as the node itself (kubelet's kubeconfig)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
-from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, mig_args
+from proxmox_gpu_cluster.render.guest_scripts import mig_args
 from tests.components.scripts.fakeguest import FakeGuest
-from tests.components.scripts.fakekube import FakeCluster, Pod
+from tests.components.scripts.fakekube import SLOT_NAMESPACE, FakeCluster, Pod, kubelet_conf
 from tests.components.scripts.fakeroot import Result
 from tests.components.scripts.test_rollout import held
 from tests.support import external
@@ -49,14 +49,14 @@ def cluster(tmp_path: Path) -> FakeCluster:
 def guest(tmp_path: Path, cluster: FakeCluster) -> FakeGuest:
     g = FakeGuest(tmp_path / "guest")
     cluster.install(g)
-    g.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    g.write("etc/kubernetes/kubelet.conf", kubelet_conf(NODE)).chmod(0o600)  # as kubeadm join leaves it
     g.stub_script("sleep", "exec /bin/sleep 0.1")
     return g
 
 
 def phase(guest: FakeGuest, name: str, wanted: str = NEW, timeout: int = 300) -> Result:
     args = mig_args(B, name, wanted, timeout, "gpu-operator")
-    return guest.run_bundle("mig", *args, secrets={KUBECONFIG_VAR: KUBECONFIG})
+    return guest.run_bundle("mig", *args)  # no credential on stdin: the step acts as the node
 
 
 def mig_manager(cluster: FakeCluster, state: str, delay: float = 0.5) -> threading.Thread:
@@ -80,7 +80,7 @@ def test_a_geometry_change_drains_first_and_uncordons_after_success(guest: FakeG
     assert (
         state["cordoned"] == [NODE]
         and state["pods"] == []
-        and list(state["leases"]) == ["proxmox-gpu-cluster-rollout-0"]
+        and list(state["configmaps"]) == [f"{SLOT_NAMESPACE}/{SLOT0}"]
     )
     manager = mig_manager(cluster, "success")
     end = phase(guest, "end")
@@ -90,8 +90,13 @@ def test_a_geometry_change_drains_first_and_uncordons_after_success(guest: FakeG
     assert f"rollout: uncordoned {NODE}" in end.stdout
     state = cluster.state()
     assert state["cordoned"] == [] and held(cluster) == {}
-    assert [e[1] for e in state["events"]] == ["lease", "cordon", "lease", "lease", "uncordon", "release"]
-    assert "CANARY-MIG-TOKEN" not in begin.stdout + begin.stderr + end.stdout + end.stderr
+    assert [e[1] for e in state["events"]] == ["lease", "cordon", "evict", "lease", "lease", "uncordon", "release"]
+    calls = [c for c in begin.calls + end.calls if c.startswith("kubectl ")]
+    assert calls and all(f"--kubeconfig {guest.root}/etc/kubernetes/kubelet.conf " in c for c in calls)
+    assert set(cluster.modes()) == {"0o600"}
+    assert {str(p.relative_to(guest.root)) for p in (guest.root / "run").rglob("*") if p.is_file()} <= {
+        "run/lock/proxmox-gpu-cluster.lock"
+    }  # nothing but the per-machine lock under /run
 
 
 @pytest.mark.parametrize("current", [None, NEW])
@@ -139,8 +144,8 @@ def test_an_api_server_that_does_not_answer_or_refuses_fails_in_one_line(
     guest: FakeGuest, cluster: FakeCluster, down: bool
 ) -> None:
     cluster.save(api_down=down)
-    if not down:
-        (cluster.path.parent / "expected-kubeconfig").write_text("another cluster's admin kubeconfig\n")
+    if not down:  # a credential this API server does not know (another cluster's, or a revoked certificate)
+        guest.write("etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\nusers: []\n")
     begin = phase(guest, "begin")
     assert begin.returncode == 1
     saw = "no answer (The connection to the server" if down else "Unauthorized (the API server refused the credentials)"
@@ -149,5 +154,4 @@ def test_an_api_server_that_does_not_answer_or_refuses_fails_in_one_line(
         f"saw {saw}"
     )
     assert len(begin.stderr.splitlines()) == 2  # one failure line, kubectl's own below it, nothing more
-    assert cluster.state()["cordoned"] == [] and "CANARY" not in begin.stderr
-    assert not list((guest.root / "run").glob("pgc-kubeconfig*"))
+    assert cluster.state()["cordoned"] == []

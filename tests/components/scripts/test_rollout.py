@@ -1,11 +1,13 @@
 """Rolling disruptive changes over joined nodes (guest_rollout.sh in the driver and verify steps), in fake guests
-against one fake API server that keeps the slots (Leases), cordons and pods.
+against one fake API server that keeps the slots (ConfigMaps), cordons and pods. The steps act as the node itself
+(kubelet's kubeconfig, /etc/kubernetes/kubelet.conf): no credential reaches them.
 
 Covered: a driver bump on a joined node (slot, cordon, drain, install, reboot, verify, uncordon, slot given back);
 a first provisioning and an unchanged node take no slot; a failed verify leaves the node cordoned and keeping its
 slot (the message says how to free it) until a later run passes; a drain a PodDisruptionBudget blocks changes
 nothing on the machine; an expired slot is taken over, a live one is waited for (bounded, naming the holder); and N
-nodes rolled at once never have more than maxUnavailable between cordon and uncordon. The agent's own tests are in
+nodes rolled at once never have more than maxUnavailable between cordon and uncordon; a cluster without the node-steps
+RBAC refuses in one line that says so; a node's credential cannot cordon another node. The agent's own tests are in
 tests/agent/.
 """
 
@@ -19,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
-from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, driver_args, verify_args
+from proxmox_gpu_cluster.render.guest_scripts import driver_args, verify_args
 from tests.components.scripts.fakeguest import FakeGuest
-from tests.components.scripts.fakekube import FakeCluster, Pod
+from tests.components.scripts.fakekube import SLOT_NAMESPACE, FakeCluster, Pod, kubelet_conf
 from tests.components.scripts.fakeroot import Result
 from tests.support import external
 
@@ -32,7 +34,7 @@ OLD, NEW = "580.95.05", "580.105.08"
 
 @pytest.fixture(autouse=True)
 def _tools() -> None:
-    # The fake kubectl and the scripts' Lease JSON run on the system interpreter, as python3 on an Ubuntu guest.
+    # The fake kubectl and the scripts' slot JSON run on the system interpreter, as python3 on an Ubuntu guest.
     external(Path("/usr/bin/python3"), "python3", "install it with: apt-get install python3")
 
 
@@ -48,23 +50,43 @@ def spec(node: str, version: str, max_unavailable: int = 1, wait: int = 600) -> 
 
 
 def held(cluster: FakeCluster) -> dict[str, str]:
-    """Slot -> holder of every held slot (a released slot keeps its Lease, with no holder)."""
-    leases = cluster.state()["leases"].items()
-    return {name: holder for name, lease in leases if (holder := lease["spec"].get("holderIdentity"))}
+    """Slot -> holder of every held slot (a released slot keeps its ConfigMap, with no holder)."""
+    maps, prefix = cluster.state()["configmaps"].items(), f"{SLOT_NAMESPACE}/"
+    return {
+        key.removeprefix(prefix): h for key, cm in maps if key.startswith(prefix) and (h := cm["data"].get("holder"))
+    }
 
 
 def run(guest: FakeGuest, step: str, b: GuestBootstrapSpec) -> Result:
+    """The step as the machine runs it: nothing on stdin (no credential reaches a node step)."""
     args = driver_args(b) if step == "driver" else verify_args(b)
-    return guest.step(step, *args, secrets={KUBECONFIG_VAR: KUBECONFIG})
+    return guest.step(step, *args)
+
+
+def join(guest: FakeGuest, node: str) -> None:
+    """What kubeadm join leaves: kubelet's kubeconfig for ``node``, mode 600."""
+    guest.write("etc/kubernetes/kubelet.conf", kubelet_conf(node)).chmod(0o600)
+
+
+def assert_as_the_node(guest: FakeGuest, cluster: FakeCluster, *results: Result) -> None:
+    """Every kubectl call used kubelet's kubeconfig (mode 600), and the steps left nothing under /run but the
+    per-machine lock file."""
+    calls = [c for r in results for c in r.calls if c.startswith("kubectl ")]
+    credential = f"--kubeconfig {guest.root}/etc/kubernetes/kubelet.conf "
+    assert calls and all(credential in c for c in calls), calls
+    assert set(cluster.modes()) == {"0o600"}
+    left = {str(p.relative_to(guest.root)) for p in (guest.root / "run").rglob("*") if p.is_file()}
+    assert left <= {"run/lock/proxmox-gpu-cluster.lock"}, left
 
 
 def joined_guest(root: Path, cluster: FakeCluster, node: str) -> FakeGuest:
     """A guest provisioned with the old driver and joined as ``node``."""
     guest = FakeGuest(root)
     cluster.install(guest)
+    guest.stub_script("sleep", ":")  # the drain's poll after the evictions: no time in the fake
     first = run(guest, "driver", spec(node, OLD))  # not joined yet: no slot
     assert first.returncode == 0, first.stderr
-    guest.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    join(guest, node)
     return guest
 
 
@@ -99,14 +121,12 @@ def test_a_driver_bump_on_a_joined_node_rolls_through_a_slot(tmp_path: Path, clu
     state = cluster.state()
     assert state["cordoned"] == [] and held(cluster) == {} and state["annotations"]["gpu-a"] == {}
     assert [p["name"] for p in state["pods"]] == ["serve-0"]  # gpu-a's pod was evicted, gpu-b's stays
-    # The lease is written when taken, renewed after the drain and when verify starts, then released.
+    # The slot is written when taken, renewed after the drain (its pod evicted) and when verify starts, then released.
     assert [e[1:] for e in state["events"]] == [
-        ["lease", "gpu-a"], ["cordon", "gpu-a"], ["lease", "gpu-a"], ["lease", "gpu-a"], ["uncordon", "gpu-a"],
-        ["release", "gpu-a"],
+        ["lease", "gpu-a"], ["cordon", "gpu-a"], ["evict", "gpu-a"], ["lease", "gpu-a"], ["lease", "gpu-a"],
+        ["uncordon", "gpu-a"], ["release", "gpu-a"],
     ]  # fmt: skip
-    assert "CANARY-ROLLOUT-TOKEN" not in driver.stdout + driver.stderr + verify.stdout + verify.stderr
-    assert set(cluster.modes()) == {"0o600"}
-    assert not list((guest.root / "run").glob("pgc-kubeconfig*"))  # removed when each step ended
+    assert_as_the_node(guest, cluster, driver, verify)
 
 
 def test_first_provisioning_and_an_unchanged_node_take_no_slot(tmp_path: Path, cluster: FakeCluster) -> None:
@@ -115,7 +135,7 @@ def test_first_provisioning_and_an_unchanged_node_take_no_slot(tmp_path: Path, c
     first = run(guest, "driver", spec("gpu-a", OLD))
     assert first.returncode == 0 and "rollout" not in first.stdout
     assert not any(c.startswith("kubectl") for c in first.calls)  # not joined: the cluster is not even asked
-    guest.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    join(guest, "gpu-a")
     again, verify = roll(guest, "gpu-a", OLD)
     assert again.returncode == verify.returncode == 0, again.stderr + verify.stderr
     assert "rollout" not in again.stdout + verify.stdout and "reboot: not-needed" in again.stdout
@@ -124,8 +144,8 @@ def test_first_provisioning_and_an_unchanged_node_take_no_slot(tmp_path: Path, c
 
 SLOT0 = "proxmox-gpu-cluster-rollout-0"
 FREE_IT = (
-    f"free it with: kubectl annotate node gpu-a proxmox-gpu-cluster.io/rollout- && kubectl -n kube-system delete "
-    f"lease {SLOT0}"
+    f"free it with: kubectl annotate node gpu-a proxmox-gpu-cluster.io/rollout- && kubectl -n {SLOT_NAMESPACE} delete "
+    f"configmap {SLOT0}"
 )
 
 
@@ -171,24 +191,25 @@ def test_a_blocked_drain_changes_nothing(tmp_path: Path, cluster: FakeCluster) -
 
 
 def lease(holder: str, age: int, seconds: int = 3600) -> dict[str, object]:
+    """Slot 0 held by ``holder``, renewed ``age`` seconds ago, by ``namespace/name`` (as ``save`` takes it)."""
     stamp = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return {
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "proxmox-gpu-cluster-rollout-0", "namespace": "kube-system", "resourceVersion": "7"},
-        "spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds, "renewTime": stamp},
-    }  # fmt: skip
+    return {f"{SLOT_NAMESPACE}/{SLOT0}": {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": SLOT0, "namespace": SLOT_NAMESPACE, "resourceVersion": "7"},
+        "data": {"holder": holder, "leaseDurationSeconds": str(seconds), "renewTime": stamp},
+    }}  # fmt: skip
 
 
 def test_an_expired_slot_is_taken_over_and_a_live_one_waited_for(tmp_path: Path, cluster: FakeCluster) -> None:
-    cluster.save(leases={"proxmox-gpu-cluster-rollout-0": lease("crashed-node", age=7200)})
+    cluster.save(configmaps=lease("crashed-node", age=7200))
     guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
     driver, verify = roll(guest, "gpu-a", NEW)
     assert driver.returncode == verify.returncode == 0, driver.stderr + verify.stderr
     assert "rollout: gpu-a took slot proxmox-gpu-cluster-rollout-0" in driver.stdout
-    cluster.save(leases={"proxmox-gpu-cluster-rollout-0": lease("gpu-b", age=10)})
+    cluster.save(configmaps=lease("gpu-b", age=10))
     waiting = FakeGuest(tmp_path / "b")
     cluster.install(waiting)
-    waiting.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    join(waiting, "gpu-a")
     blocked = run(waiting, "driver", spec("gpu-a", NEW, wait=0))
     assert blocked.returncode == 1
     assert "rollout: slot for gpu-a: expected one of 1 free within 0s, saw held by gpu-b (pulumi up" in blocked.stderr
@@ -253,13 +274,13 @@ def test_an_unchanged_joined_node_does_not_even_ask_the_api_server(tmp_path: Pat
 def test_the_holder_renews_its_slot_so_a_long_change_keeps_it(tmp_path: Path, cluster: FakeCluster) -> None:
     # Its own slot from a run that died an hour ago: taken again, and renewed once the node is drained, so no
     # other node can take it over while this one installs and reboots.
-    cluster.save(leases={"proxmox-gpu-cluster-rollout-0": lease("gpu-a", age=7200)})
+    cluster.save(configmaps=lease("gpu-a", age=7200))
     guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
     driver = run(guest, "driver", spec("gpu-a", NEW))
     assert driver.returncode == 0, driver.stderr
-    held = cluster.state()["leases"]["proxmox-gpu-cluster-rollout-0"]["spec"]
+    held = cluster.state()["configmaps"][f"{SLOT_NAMESPACE}/{SLOT0}"]["data"]
     renewed = datetime.datetime.strptime(held["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC)
-    assert held["holderIdentity"] == "gpu-a"
+    assert held["holder"] == "gpu-a"
     assert (datetime.datetime.now(datetime.UTC) - renewed).total_seconds() < 60
 
 
@@ -283,4 +304,37 @@ def test_a_killed_verify_is_run_again_and_finishes(tmp_path: Path, cluster: Fake
     assert again.returncode == 0, again.stderr
     assert "rollout: uncordoned gpu-a" in again.stdout and f"rollout: released slot {SLOT0}" in again.stdout
     assert held(cluster) == {} and cluster.state()["cordoned"] == []
-    assert not list((guest.root / "run").glob("pgc-kubeconfig*"))  # the killed runs' files went with this one
+    assert_as_the_node(guest, cluster, again)  # and nothing of the killed runs is left under /run
+
+
+def test_a_cluster_without_the_node_steps_rbac_refuses_in_one_line(tmp_path: Path, cluster: FakeCluster) -> None:
+    # The node's own credential may read its Node, but the slots (ConfigMaps in the slot namespace) need the grants
+    # the cluster applies (render/node_rbac.py): without them the step stops before touching anything, saying so.
+    cluster.save(rbac=False)
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
+    driver = run(guest, "driver", spec("gpu-a", NEW))
+    assert driver.returncode == 1
+    first = driver.stderr.splitlines()[0]
+    assert first.startswith(
+        f"rollout: kubectl get configmaps: expected an answer from the API server at https://{ENDPOINT}, saw Forbidden ("
+    ), first
+    assert 'User "system:node:gpu-a" cannot list resource "configmaps"' in first
+    assert first.endswith("is the cluster's node-steps RBAC applied?)")
+    state = cluster.state()
+    assert state["cordoned"] == [] and state["configmaps"] == {} and len(state["pods"]) == 2
+    assert guest.installed("nvidia-headless-580-server-open").startswith(OLD)  # type: ignore[union-attr]
+
+
+def test_a_nodes_credential_cannot_cordon_or_drain_another_node(tmp_path: Path, cluster: FakeCluster) -> None:
+    # A machine that holds gpu-a's kubelet credential but is told it is gpu-b (a wrong --rollout-node, or a node
+    # trying its neighbour): NodeRestriction refuses the mark and the cordon, so gpu-b is untouched and its pod stays.
+    guest = joined_guest(tmp_path / "a", cluster, "gpu-b")
+    join(guest, "gpu-a")
+    driver = run(guest, "driver", spec("gpu-b", NEW))
+    assert driver.returncode == 1
+    assert 'is forbidden: node "gpu-a" is not allowed to modify node "gpu-b"' in driver.stderr
+    state = cluster.state()
+    assert state["cordoned"] == [] and state["annotations"].get("gpu-b", {}) == {}
+    assert sorted(p["name"] for p in state["pods"]) == ["serve-0", "train-0"]
+    assert held(cluster) == {}  # the slot it took before the refused mark was given back
+    assert guest.installed("nvidia-headless-580-server-open").startswith(OLD)  # type: ignore[union-attr]
