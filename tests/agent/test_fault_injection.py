@@ -3,7 +3,7 @@ mig-manager acts on, end) and the retirement drain. For each injection point (ev
 kubectl included) and each mode (fail; SIGKILL of the whole run before, or after, the command), the chain runs with
 the fault, then again as the next ``pulumi up`` would (the failed step and those after it); the cluster must end as
 an uninterrupted run leaves it, and a third run must change nothing. The assertion message counts the points and
-the converged cases per chain."""
+the converged cases per chain. Both act as the node itself (kubelet's kubeconfig), with nothing on stdin."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from proxmox_gpu_cluster.core.spec import DrainSpec
-from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, drain_args
+from proxmox_gpu_cluster.render.guest_scripts import drain_args
 from tests.agent.agent import ENDPOINT, held
 from tests.components.scripts.fakeguest import FakeGuest
-from tests.components.scripts.fakekube import FakeCluster, Pod
+from tests.components.scripts.fakekube import FakeCluster, Pod, kubelet_conf
 from tests.components.scripts.fakeroot import FAULT_MODES, Result
 from tests.components.scripts.test_mig_rollout import KUBECONFIG, NEW, NODE, OLD, phase
 
-MUTATING = (" cordon ", " uncordon ", " annotate ", " drain ", " create ", " replace ", " delete ")
+MUTATING = (" cordon ", " uncordon ", " annotate ", " create ", " replace ", " delete ")  # create: slots, evictions
 Chain = Callable[[FakeGuest, FakeCluster, list[str]], list[str]]
 
 
@@ -34,8 +34,8 @@ def setup(tmp: Path) -> tuple[FakeGuest, FakeCluster]:
     cluster.save()
     guest = FakeGuest(tmp / "guest")
     cluster.install(guest)
-    guest.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
-    guest.stub_script("sleep", "exec /bin/sleep 0.05")
+    guest.write("etc/kubernetes/kubelet.conf", kubelet_conf(NODE)).chmod(0o600)  # as kubeadm join leaves it
+    guest.stub_script("sleep", "/bin/sleep 0.05")  # no exec: a kill-after fault needs the shell alive
     return guest, cluster
 
 
@@ -51,7 +51,7 @@ def mig_chain(guest: FakeGuest, cluster: FakeCluster, steps: list[str]) -> list[
 def retire(guest: FakeGuest) -> Result:
     spec = DrainSpec.model_validate({"timeoutSeconds": 60})
     args = drain_args(NODE, ENDPOINT, spec, kubeadm_reset=True)
-    return guest.run_bundle("drain", *args, secrets={KUBECONFIG_VAR: KUBECONFIG})
+    return guest.run_bundle("drain", *args)
 
 
 def retire_chain(guest: FakeGuest, cluster: FakeCluster, steps: list[str]) -> list[str]:
@@ -63,7 +63,7 @@ def end_state(guest: FakeGuest, cluster: FakeCluster) -> dict[str, Any]:
     keep = ("nodes", "cordoned", "annotations", "pods", "labels")
     return {
         **{k: state[k] for k in keep}, "held": held(cluster), "kubelet.conf": (guest.root / "etc/kubernetes/kubelet.conf").exists(),
-        "secrets left": sorted(p.name for p in (guest.root / "run").glob("pgc-*")),
+        "left under /run": sorted(str(p.relative_to(guest.root)) for p in (guest.root / "run").rglob("*") if p.is_file()),
     }  # fmt: skip
 
 

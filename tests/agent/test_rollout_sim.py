@@ -3,7 +3,8 @@ guest_rollout.sh) and the agent against one fake API server, with random delays,
 the whole run) at random commands, and API requests failing at random. At no moment are more than maxUnavailable
 nodes cordoned by a rollout (checked by the fake after every request); once the failed steps are run again as the
 next ``pulumi up`` would (the failed step and those after it), every node has the change, none is cordoned, every
-slot is free and no kubeconfig file is left. Also one node's step run twice at once."""
+slot is free and nothing is left under /run but the machine's lock. Every node acts as itself (its kubelet's
+kubeconfig; no credential in the step). Also one node's step run twice at once."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from proxmox_gpu_cluster.render.host_scripts import script
 from tests.agent.agent import ENDPOINT, KUBECONFIG, held
-from tests.components.scripts.fakekube import FakeCluster
+from tests.components.scripts.fakekube import SLOT_NAMESPACE, FakeCluster, kubelet_conf
 from tests.components.scripts.fakeroot import FakeRoot, Result
 
 NODES = [f"gpu-{i}" for i in range(6)]
@@ -45,18 +46,19 @@ WORK = {
 
 def step_text(step: str) -> str:
     body = BODY.format(step=step, work=WORK[step])
-    return f"PGC_KUBECONFIG='{KUBECONFIG}'\n" + script("guest_lib.sh") + "\n" + script("guest_rollout.sh") + "\n" + body
+    return script("guest_lib.sh") + "\n" + script("guest_rollout.sh") + "\n" + body
 
 
 def rollout_args(node: str) -> list[str]:
-    return ["--rollout", "1", "--rollout-node", node, "--rollout-api", ENDPOINT, "--rollout-max-unavailable",
-            str(MAX_UNAVAILABLE), "--rollout-wait-seconds", "150", "--rollout-drain-timeout", "60"]  # fmt: skip
+    return ["--rollout", "1", "--rollout-node", node, "--rollout-api", ENDPOINT, "--rollout-namespace", SLOT_NAMESPACE,
+            "--rollout-max-unavailable", str(MAX_UNAVAILABLE), "--rollout-wait-seconds", "150",
+            "--rollout-drain-timeout", "60"]  # fmt: skip
 
 
 def machine(tmp_path: Path, fake: FakeCluster, node: str, rng: random.Random) -> FakeRoot:
     root = FakeRoot(tmp_path / node)
     fake.install(root)
-    root.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    root.write("etc/kubernetes/kubelet.conf", kubelet_conf(node)).chmod(0o600)  # joined as ``node``
     root.stub_script("sleep", f"exec /bin/sleep 0.0{rng.randint(1, 9)}")  # the slot poll, shortened and jittered
     root.stub_script("apply-change", f'/bin/sleep 0.{rng.randint(0, 3)}; echo done > "$PGC_ROOT/changed"')
     root.stub_script("node-check", '[ ! -e "$PGC_ROOT/broken" ] || { echo "node-check: GPU missing" >&2; exit 1; }')
@@ -108,7 +110,9 @@ def test_six_nodes_with_faults_never_exceed_max_unavailable_and_end_with_every_s
     assert all(not a for a in state["annotations"].values()), report
     for node, root in roots.items():
         assert root.read("changed") == "done\n", node
-        assert not list((root.root / "run").glob("pgc-kubeconfig*")), node  # a killed run's file went next time
+        left = {str(p.relative_to(root.root)) for p in (root.root / "run").rglob("*") if p.is_file()}
+        assert left <= {"run/lock/proxmox-gpu-cluster.lock"}, (node, left)
+    assert set(fake.modes()) == {"0o600"}  # kubelet's kubeconfig, the only credential any step used
 
 
 def test_one_nodes_step_run_twice_at_once(tmp_path: Path) -> None:

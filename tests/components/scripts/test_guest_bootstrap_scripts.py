@@ -254,6 +254,8 @@ def test_join_keeps_the_secrets_out_of_arguments_output_and_disk(guest: FakeGues
     config = guest.read("join-config")
     assert f'token: "{TOKEN}"' in config and f'caCertHashes: ["{HASH}"]' in config
     assert 'name: "gpu-a10-1"' in config and "apiVersion: kubeadm.k8s.io/v1beta4" in config
+    # The node's name in the join config is the identity of kubelet's credential, the one the node steps act with.
+    assert "CN=system:node:gpu-a10-1" in guest.read("etc/kubernetes/kubelet.conf")
     assert guest.read("join-config-mode").strip() == "600"
     leftover = Path(guest.read("join-config-path").strip())
     assert not leftover.exists()

@@ -1,13 +1,14 @@
 """Scenario (b) of the guest harness with the rollout on: a joined node (kubelet.conf, its Node in a FakeCluster, a
-GPU pod on it) gets a driver bump, driver -> [reboot] -> verify with ``--rollout 1 ...`` and the admin kubeconfig
-as the PGC_KUBECONFIG secret, faulted at every stubbed command the two steps run (kubectl included) in every mode.
+GPU pod on it) gets a driver bump, driver -> [reboot] -> verify with ``--rollout 1 ...``, acting as the node itself
+(the kubelet.conf its join wrote; nothing on stdin), faulted at every stubbed command the two steps run (kubectl and
+the drain's poll included) in every mode.
 
 Each case is a "world": the guest under ``<case>/guest`` and its OWN API server state ``<case>/api.json`` (the
 fake kubectl finds it next to the guest's root), so cases are independent and run two at a time. As in
 guest_harness.py: the faulted step and the ones after it run again as the next `pulumi up` would (a reboot that
 was scheduled happens, also after a kill), and the end state must be an uninterrupted run's: the guest's files and
-running state, and the cluster's (node uncordoned, no rollout annotation, every slot Lease free, the pods the
-uninterrupted run left, which also means no kubeconfig file left under the guest's /run). Then every step runs
+running state, and the cluster's (node uncordoned, no rollout annotation, every slot ConfigMap free, the pods the
+uninterrupted run left, and nothing but the machine's lock under the guest's /run). Then every step runs
 once more: no mutating call (apt/kubeadm/... nor a kubectl write), no reboot, no API event. At every point of the
 API server's event log the node is cordoned only while it holds a slot, and at most maxUnavailable (1) nodes are
 cordoned. The dedup of equal states and the checkpoint shortcut are guest_harness.py's, with the cluster's state
@@ -28,9 +29,8 @@ from typing import Any
 import pytest
 
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
-from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR
 from tests.components.scripts.fakeguest import FakeGuest, mutating
-from tests.components.scripts.fakekube import FakeCluster, Pod
+from tests.components.scripts.fakekube import SLOT_NAMESPACE, FakeCluster, Pod, kubelet_conf
 from tests.components.scripts.fakeroot import FAULT_MODES
 from tests.components.scripts.guest_harness import (
     EXHAUSTIVE,
@@ -51,12 +51,11 @@ from tests.components.scripts.test_rollout import KUBECONFIG
 from tests.support import external
 
 NODE, OTHER = "gpu-a10-1", "gpu-b"
-SLOT = "proxmox-gpu-cluster-rollout-0"
+SLOT = f"{SLOT_NAMESPACE}/proxmox-gpu-cluster-rollout-0"
 ROLLOUT = {"maxUnavailable": 1, "waitSeconds": 0, "drainTimeoutSeconds": 60}
 """No waiting for a slot: only this node rolls, so a slot it cannot take is a failure to report, not to wait for."""
-WRITES = {"create", "replace", "delete", "cordon", "uncordon", "drain", "annotate"}
-"""kubectl verbs that change the cluster."""
-_KUBECONFIG_FILE = re.compile(r"^run/pgc-kubeconfig\.[^/]*$")
+WRITES = {"create", "replace", "delete", "cordon", "uncordon", "annotate"}
+"""kubectl verbs that change the cluster (create: a slot, or an Eviction)."""
 _KUBECTL_FLAGS = re.compile(r" --kubeconfig \S+ --server \S+ --request-timeout=\S+")
 """What every kubectl call of cluster.py carries: left out of the case's name."""
 
@@ -66,9 +65,10 @@ def rollout_spec(version: str) -> GuestBootstrapSpec:
 
 
 def rollout_chain(b: GuestBootstrapSpec) -> list[Step]:
-    """The bootstrap chain with the admin kubeconfig on the driver and verify steps' stdin."""
-    admin = {KUBECONFIG_VAR: KUBECONFIG}
-    return [(name, args, admin if name in ("driver", "verify") else secrets) for name, args, secrets in chain(b)]
+    """The bootstrap chain: only the join step reads secrets (its token); driver and verify read nothing on stdin."""
+    steps = chain(b)
+    assert all(not secrets for name, _, secrets in steps if name != "join"), steps
+    return steps
 
 
 @dataclass
@@ -95,7 +95,7 @@ class World:
             "nodes": sorted(s["nodes"]), "cordoned": sorted(s["cordoned"]), "labels": s.get("labels", {}),
             "annotations": {n: a for n, a in s.get("annotations", {}).items() if a},
             "pods": sorted(f"{p['ns']}/{p['name']}@{p['node']}" for p in s["pods"]),
-            "slots": {n: le["spec"].get("holderIdentity", "") for n, le in sorted(s.get("leases", {}).items())},
+            "slots": {n: cm["data"].get("holder", "") for n, cm in sorted(s.get("configmaps", {}).items())},
         }  # fmt: skip
 
     def end_state(self) -> dict[str, str]:
@@ -103,9 +103,8 @@ class World:
         return state(self.guest) | {f"api:{k}": repr(v) for k, v in self.view().items()}
 
     def key(self) -> str:
-        """What a run's behaviour depends on; a killed run's kubeconfig file counts, not its (pid, random) name."""
-        files = {_KUBECONFIG_FILE.sub("run/pgc-kubeconfig.*", k): v for k, v in self.end_state().items()}
-        return digest(files) + self.guest.read("proc/sys/kernel/random/boot_id")
+        """What a run's behaviour depends on."""
+        return digest(self.end_state()) + self.guest.read("proc/sys/kernel/random/boot_id")
 
 
 def new_world(root: Path) -> World:
@@ -121,8 +120,10 @@ def new_world(root: Path) -> World:
         "kubectl",
         f'd=$(dirname "$PGC_ROOT"); python3 "{guest.bin}/kubectl.py" "$d/api.json" "$d/expected-kubeconfig" "$@"',
     )
+    guest.stub_script("sleep", ":")  # the drain's poll between evictions and the next look: no time in the fake
     run_chain(guest, rollout_chain(rollout_spec("580.95.05")))
-    assert guest.read("etc/kubernetes/kubelet.conf") and cluster.state()["events"] == []  # joined, never rolled
+    assert guest.read("etc/kubernetes/kubelet.conf") == kubelet_conf(NODE)  # the join's: the node's own credential
+    assert cluster.state()["events"] == []  # joined, never rolled
     return World(guest, cluster)
 
 
@@ -181,7 +182,9 @@ def inject(
     assert view["pods"] == [f"ml/serve-0@{OTHER}"], view  # the uninterrupted run evicted the GPU pod
     assert [e[1] for e in ref.cluster.state()["events"]].count("cordon") == 1
     assert ref.guest.read("sys/module/nvidia/version").strip() == "580.105.08"
-    assert not list((ref.guest.root / "run").glob("pgc-kubeconfig*"))
+    kubectl_calls = [c for step_calls in calls for c in step_calls if c.startswith("kubectl ")]
+    assert all(f"--kubeconfig {ref.guest.root}/etc/kubernetes/kubelet.conf " in c for c in kubectl_calls)
+    assert [k for k in want if k.startswith("run/")] == [], list(want)  # no file under /run but the lock
     assert any(c.startswith("kubectl ") for c in calls[0]) and any(c.startswith("kubectl ") for c in calls[1])
     why = invariant(ref) or third_run(ref, every)
     assert why is None, f"the uninterrupted run: {why}"
@@ -279,9 +282,10 @@ def check(reports: dict[str, StepReport], kubectl: dict[str, int]) -> str:
 
 
 def test_a_driver_killed_right_after_the_drain_converges_with_the_rollout(tmp_path: Path) -> None:
-    # The representative case: the node is cordoned, drained and holds its slot, the machine is not changed yet.
+    # The representative case: the node is cordoned and holds its slot, its pod is being evicted (killed before or
+    # after the Eviction), the machine is not changed yet.
     reports, kubectl = inject(
-        tmp_path, lambda step, command, mode: step == "driver" and " drain " in command and mode != "fail"
+        tmp_path, lambda step, command, mode: step == "driver" and "/eviction " in command and mode != "fail"
     )
     assert reports["driver"].cases == 2 and reports["verify"].cases == 0, summary(reports)
     check(reports, kubectl)
