@@ -45,7 +45,6 @@ def build_guests(
             ssh_private_key=secrets.ssh_private_key,
             join_token=secrets.join_token,
             ca_cert_hash=secrets.ca_cert_hash,
-            kubeconfig=secrets.kubeconfig,
             replace_with=[vm.vm],
             opts=opts,
         )
@@ -63,7 +62,7 @@ def build_mig_rollouts(
     opts: pulumi.ResourceOptions,
 ) -> dict[str, MigRollout]:
     """Per joined worker with a MIG geometry, when the operator's mig-manager applies it: drain before the label
-    changes, wait for it after (kubeadm joins, where the rollout settings and the admin kubeconfig apply)."""
+    changes, wait for it after (kubeadm joins, where the rollout settings apply)."""
     op = spec.gpu_operator
     if not op.enabled or spec.kubernetes.join_method != "kubeadm":
         return {}
@@ -82,7 +81,6 @@ def build_mig_rollouts(
             host=bootstrap.host,
             user=worker.ssh_user,
             ssh_private_key=secrets.ssh_private_key,
-            kubeconfig=secrets.kubeconfig,
             after=[bootstrap],
             replace_with=[bootstrap.final_step],
             opts=opts,
@@ -173,7 +171,6 @@ def build_retirements(
             ssh_user=spec.proxmox.ssh_user,
             guest_user=worker.ssh_user,
             ssh_private_key=secrets.ssh_private_key,
-            kubeconfig=secrets.kubeconfig,
             api_endpoint=spec.kubernetes.api_endpoint,
             drain=spec.kubernetes.drain,
             kubeadm_reset=spec.kubernetes.join_method == "kubeadm",

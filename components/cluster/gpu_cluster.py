@@ -25,6 +25,7 @@ from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
 from proxmox_gpu_cluster.gpu.gpu_operator import GpuOperator
 from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas
 from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices
+from proxmox_gpu_cluster.gpu.node_access import NodeStepAccess
 from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses
 from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest
 from proxmox_gpu_cluster.render.disruption import host_reboot, host_roll
@@ -80,6 +81,8 @@ class GpuCluster(pulumi.ComponentResource):
     """What the KubeVirt CR permits (None without KubeVirt)."""
     driver_versions: pulumi.Output[dict[str, str]]
     """Worker -> the driver build it runs (host driver mode; read by each node's verify step)."""
+    node_access: NodeStepAccess
+    """The slot namespace and the node steps' RBAC; every worker's steps wait for it."""
     operator: GpuOperator | None
     """The GPU Operator release component (None when ``gpuOperator.enabled`` is false); a resource to wait on."""
     providers: Providers
@@ -121,8 +124,14 @@ class GpuCluster(pulumi.ComponentResource):
             ssh_private_key=secrets.ssh_private_key,
         )
         self.proxmox = layer
-        self.bootstraps = build_guests(name, spec, layer, secrets, self.providers.command, opts=child)
         k8s = self.providers.kubernetes
+        # What the node steps may do as the node itself (no admin credential on the machines): every worker's
+        # steps wait for it, and are deleted (the retirement's drain) before it.
+        self.node_access = NodeStepAccess(
+            f"{name}-node-access", spec.kubernetes.drain.slot_namespace, provider=k8s, opts=child
+        )
+        guests = pulumi.ResourceOptions(parent=self, depends_on=[self.node_access])
+        self.bootstraps = build_guests(name, spec, layer, secrets, self.providers.command, opts=guests)
         op = spec.gpu_operator
         gpu_stack: list[pulumi.Resource] = []
         labels = None

@@ -168,7 +168,7 @@ class ProxmoxSpec(SpecModel):
 
 
 class DrainSpec(SpecModel):
-    """How a node is drained (``kubectl drain``: evictions, so PodDisruptionBudgets are respected)."""
+    """How a node is drained (evictions, as ``kubectl drain`` does, so PodDisruptionBudgets are respected)."""
 
     timeout_seconds: Int = Field(
         default=600,
@@ -191,20 +191,26 @@ class DrainSpec(SpecModel):
         le=1000,
         description="How many joined GPU nodes a rolling change (a new driver, kernel arguments, vfio binding: "
         "anything that reboots the guest) may take out of service at once, cluster-wide: each takes a slot (a "
-        "Lease in kube-system), is cordoned and drained, changed, verified and uncordoned before giving it back.",
+        "ConfigMap in ``slotNamespace``), is cordoned and drained, changed, verified and uncordoned before giving it "
+        "back.",
     )
     slot_lease_seconds: Int = Field(
         default=3600,
         ge=60,
         le=86400,
         description="How long a slot stays taken when the run that took it dies without giving it back; then "
-        "another node may take it over.",
+        "another node may take it over. Must exceed ``timeoutSeconds``.",
     )
     slot_wait_seconds: Int = Field(
         default=21600,
         ge=0,
         le=604800,
         description="How long a node waits for a free slot before its step fails, naming the holders.",
+    )
+    slot_namespace: Name = Field(
+        default="proxmox-gpu-cluster",
+        description="The namespace the cluster creates for the rollout slots; the nodes' own credentials may write "
+        "ConfigMaps there (and nowhere else). Two clusters that share a Kubernetes cluster use different ones.",
     )
 
 

@@ -7,15 +7,12 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_command as command
 
-from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
-from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.node_agent import caller_dependencies, install_agent
 from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
 from proxmox_gpu_cluster.render.guest_scripts import (
     CA_CERT_HASH_VAR,
     JOIN_TOKEN_VAR,
-    KUBECONFIG_VAR,
     driver_args,
     join_args,
     runtime_args,
@@ -81,7 +78,6 @@ class GuestBootstrap(pulumi.ComponentResource):
         ssh_private_key: pulumi.Input[str] | None,
         join_token: pulumi.Input[str] | None = None,
         ca_cert_hash: pulumi.Input[str] | None = None,
-        kubeconfig: pulumi.Input[str] | None = None,
         port: int = 22,
         replace_with: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
@@ -89,25 +85,15 @@ class GuestBootstrap(pulumi.ComponentResource):
         """``host``: address to connect to; pass an output of the machine (e.g. ``GpuWorkerVm.ip_address``) so
         the steps wait for it. ``replace_with``: resources whose replacement means a fresh host (the VM), which
         makes every step run again. ``join_token``/``ca_cert_hash``: required for join method kubeadm; kept
-        secret whatever is passed. ``kubeconfig``: the admin credential a rollout (``bootstrap.rollout``) uses to take a
-        slot, cordon, drain and uncordon the node; it reaches the driver and verify steps only inside their secret
-        stdin. ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key."""
+        secret whatever is passed. A rollout (``bootstrap.rollout``) acts as the node itself, with kubelet's credential
+        on the machine: pass the cluster's ``NodeStepAccess`` (its RBAC) in ``opts.depends_on``, which the agent
+        copy, and so every step, waits for. ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``),
+        and no step carries a key."""
         super().__init__("proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap", name, None, opts)
         kubeadm = bootstrap.join_method == "kubeadm"
         if kubeadm and (join_token is None or ca_cert_hash is None):
             raise ValueError("join method kubeadm needs join_token and ca_cert_hash")
-        if bootstrap.rollout is not None and kubeconfig is None:
-            problem = Problem("kubeconfig", "a rollout (bootstrap.rollout) needs the admin kubeconfig")
-            raise InvalidComponentArgs(name, [problem])
         connection = ssh_connection(host, user, ssh_private_key, port)
-
-        def rolling() -> pulumi.Input[str] | None:
-            # The admin kubeconfig on stdin, secret, so it is encrypted in state and never shown; the step's output
-            # stays readable (the scripts never print the credential). Without a rollout the step reads nothing.
-            if bootstrap.rollout is None or kubeconfig is None:
-                return None
-            text = pulumi.Output.from_input(kubeconfig).apply(lambda kc: secrets_stdin({KUBECONFIG_VAR: kc}))
-            return pulumi.Output.secret(text)
 
         self.agent = install_agent(
             f"{name}-agent",
@@ -116,6 +102,7 @@ class GuestBootstrap(pulumi.ComponentResource):
             provider=provider,
             parent=self,
             replace_with=replace_with,
+            depends_on=caller_dependencies(opts),
         )
 
         def step(
@@ -152,7 +139,7 @@ class GuestBootstrap(pulumi.ComponentResource):
             "driver",
             driver_args(bootstrap),
             cloud_init,
-            rolling(),
+            None,
             delete=purge if bootstrap.purge_driver_on_destroy else None,
         )
         wait = command.local.Command(
@@ -169,7 +156,7 @@ class GuestBootstrap(pulumi.ComponentResource):
                 lambda values: secrets_stdin({JOIN_TOKEN_VAR: values[0], CA_CERT_HASH_VAR: values[1]})
             )
             last = step("join", join_args(bootstrap), last, pulumi.Output.secret(stdin), secret=True)
-        verify = step("verify", verify_args(bootstrap), last, rolling())
+        verify = step("verify", verify_args(bootstrap), last, None)
         self.node_name = pulumi.Output.from_input(bootstrap.node_name)
         self.host = pulumi.Output.from_input(host)
         self.rebooted = driver.stdout.apply(lambda out: REBOOT_SCHEDULED in (out or ""))

@@ -10,8 +10,8 @@ import pulumi_command as command
 from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
-from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, mig_args
+from proxmox_gpu_cluster.render.agent_bundle import step_command
+from proxmox_gpu_cluster.render.guest_scripts import mig_args
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
 
@@ -23,8 +23,9 @@ class MigRollout(pulumi.ComponentResource):
     so the label changes only after it. ``<name>-end``: for a node begin cordoned, wait (bounded) for the new label
     and ``nvidia.com/mig.config.state=success``, then uncordon and free the slot; ``failed`` fails the update naming
     the node, the geometry and mig-manager's logs, and the node stays cordoned. Both carry the geometry in their
-    command, so they run again exactly when it changes; the admin kubeconfig travels only in their secret stdin.
-    They run the node agent's ``mig`` bundle, which the node's ``GuestBootstrap`` installs: pass it in ``after``.
+    command, so they run again exactly when it changes. They act as the node itself (kubelet's credential on the
+    machine, with the cluster's ``NodeStepAccess``), so they carry no credential. They run the node agent's ``mig``
+    bundle, which the node's ``GuestBootstrap`` installs: pass it in ``after``.
     """
 
     begin: command.remote.Command
@@ -44,7 +45,6 @@ class MigRollout(pulumi.ComponentResource):
         host: pulumi.Input[str],
         user: str,
         ssh_private_key: pulumi.Input[str] | None,
-        kubeconfig: pulumi.Input[str],
         port: int = 22,
         after: Sequence[pulumi.Resource] = (),
         replace_with: Sequence[pulumi.Resource] = (),
@@ -56,17 +56,13 @@ class MigRollout(pulumi.ComponentResource):
         super().__init__("proxmox-gpu-cluster:mig_rollout:MigRollout", name, None, opts)
         if bootstrap.rollout is None:
             raise InvalidComponentArgs(name, [Problem("bootstrap.rollout", "a MIG rollout needs rollout settings")])
-        text: pulumi.Output[str] = pulumi.Output.from_input(kubeconfig).apply(
-            lambda kc: secrets_stdin({KUBECONFIG_VAR: kc})
-        )
-        stdin: pulumi.Output[str] = pulumi.Output.secret(text)
         connection = ssh_connection(host, user, ssh_private_key, port)
 
         def step(phase: str, depends_on: Sequence[pulumi.Resource], limit: int) -> command.remote.Command:
             args = mig_args(bootstrap, phase, mig_config, timeout_seconds, operator_namespace)
             return command.remote.Command(
                 f"{name}-{phase}",
-                command.remote.CommandArgs(connection=connection, create=step_command(user, "mig", args), stdin=stdin),
+                command.remote.CommandArgs(connection=connection, create=step_command(user, "mig", args)),
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     provider=provider,

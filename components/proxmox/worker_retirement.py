@@ -9,17 +9,17 @@ import pulumi_command as command
 
 from proxmox_gpu_cluster.core.spec import DrainSpec
 from proxmox_gpu_cluster.node_agent import agent_unless_installed
-from proxmox_gpu_cluster.render.agent_bundle import installed_step, secrets_stdin, step_command
-from proxmox_gpu_cluster.render.guest_scripts import KUBECONFIG_VAR, drain_args
+from proxmox_gpu_cluster.render.agent_bundle import installed_step, step_command
+from proxmox_gpu_cluster.render.guest_scripts import drain_args
 from proxmox_gpu_cluster.render.host_scripts import retire_args
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
 
 class WorkerRetirement(pulumi.ComponentResource):
     """A command whose *delete* retires the node: on the VM's Proxmox node, the node agent's ``retire`` step runs
-    the guest's installed ``drain`` step (the guest's own agent copy) through the QEMU guest agent: cordon, ``kubectl
-    drain`` (evictions: PodDisruptionBudgets are respected; bounded by ``drain.timeout_seconds``, failing with the
-    pods that block), ``kubeadm reset``, and deletion of the Node object. Its create step proves the guest agent
+    the guest's installed ``drain`` step (the guest's own agent copy) through the QEMU guest agent: cordon, drain
+    (evictions: PodDisruptionBudgets are respected; bounded by ``drain.timeout_seconds``, failing with the pods that
+    block), deletion of the Node object, ``kubeadm reset``. Its create step proves the guest agent
     answers and the drain step is installed.
 
     Order comes from the dependency graph: pass the node's bootstrap and label patch in ``depends_on`` (this is
@@ -29,9 +29,9 @@ class WorkerRetirement(pulumi.ComponentResource):
     does not block the destroy: the step warns that the node was not drained and names the ``kubectl delete node``
     to run.
 
-    The admin kubeconfig is all its stdin holds and reaches the guest on stdin only (never an argument, environment
-    variable or log line); ``protect`` should follow the VM's, so removing a protected worker stops before anything
-    is drained.
+    The guest acts as the node itself (kubelet's credential there, with the cluster's ``NodeStepAccess``: put it
+    in ``depends_on`` too), so no credential passes through this step; ``protect`` should follow the VM's, so
+    removing a protected worker stops before anything is drained.
     """
 
     ready: pulumi.Output[str]
@@ -47,7 +47,6 @@ class WorkerRetirement(pulumi.ComponentResource):
         ssh_user: str,
         guest_user: str,
         ssh_private_key: pulumi.Input[str] | None,
-        kubeconfig: pulumi.Input[str],
         api_endpoint: str,
         drain: DrainSpec,
         kubeadm_reset: bool,
@@ -60,10 +59,8 @@ class WorkerRetirement(pulumi.ComponentResource):
     ) -> None:
         """``node_name``: the Kubernetes node (the VM name). ``host``/``ssh_user``: the Proxmox node the VM runs on
         (root, or passwordless sudo). ``api_endpoint``: the API server ``host:port`` the node joined through (kubectl
-        in the guest uses it; the kubeconfig's own server may be an address only the operator reaches), and the
-        kubeconfig must carry its credentials (a client certificate or token; an exec plugin cannot run in the
-        guest). ``kubeadm_reset``: the node joined with kubeadm. ``ssh_private_key``: None means the ssh-agent
-        (``proxmox.sshAgent``), and no step carries a key."""
+        in the guest uses it). ``kubeadm_reset``: the node joined with kubeadm. ``ssh_private_key``: None means the
+        ssh-agent (``proxmox.sshAgent``), and no step carries a key."""
         super().__init__("proxmox-gpu-cluster:worker_retirement:WorkerRetirement", name, None, opts)
         guest = drain_args(node_name, api_endpoint, drain, kubeadm_reset)
         guest_step = installed_step(guest_user, "drain")
@@ -82,7 +79,6 @@ class WorkerRetirement(pulumi.ComponentResource):
                 connection=connection,
                 create=run(check=True),
                 delete=run(check=False),
-                stdin=pulumi.Output.secret(kubeconfig).apply(lambda kc: secrets_stdin({KUBECONFIG_VAR: kc})),
                 # The delete step would otherwise get the create step's output in its environment.
                 add_previous_output_in_env=False,
             ),
@@ -92,7 +88,6 @@ class WorkerRetirement(pulumi.ComponentResource):
                 protect=protect,
                 replace_with=list(replace_with),
                 depends_on=after,
-                additional_secret_outputs=["stdin"],
             ),
         )
         self.ready = step.stdout
