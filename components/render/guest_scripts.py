@@ -62,16 +62,31 @@ def driver_args(b: GuestBootstrapSpec) -> list[str]:
     return args + rollout_args(b)
 
 
+ROLLOUT_FLAGS = {
+    "namespace": ("--rollout-namespace", "ROLLOUT_NAMESPACE"),
+    "max_unavailable": ("--rollout-max-unavailable", "ROLLOUT_MAX"),
+    "lease_seconds": ("--rollout-lease-seconds", "ROLLOUT_LEASE"),
+    "wait_seconds": ("--rollout-wait-seconds", "ROLLOUT_WAIT"),
+    "drain_timeout_seconds": ("--rollout-drain-timeout", "ROLLOUT_DRAIN_TIMEOUT"),
+    "delete_emptydir_data": ("--rollout-delete-emptydir-data", "ROLLOUT_EMPTYDIR"),
+    "force": ("--rollout-force", "ROLLOUT_FORCE"),
+}
+"""RolloutSpec field -> guest_rollout.sh flag and the shell variable whose default is the field's (a test compares
+them): a setting at its default is not passed, which keeps every worker's state small."""
+
+
 def rollout_args(b: GuestBootstrapSpec) -> list[str]:
-    """guest_rollout.sh arguments of the driver and verify steps (none without a rollout)."""
+    """guest_rollout.sh arguments of the driver, verify and MIG steps (none without a rollout): the node, the API
+    endpoint, and each setting that differs from its default."""
     r = b.rollout
     if r is None:
         return []
     args = ["--rollout", "1", "--rollout-node", b.node_name, "--rollout-api", b.api_endpoint]
-    args += ["--rollout-namespace", r.namespace]
-    args += ["--rollout-max-unavailable", str(r.max_unavailable), "--rollout-lease-seconds", str(r.lease_seconds)]
-    args += ["--rollout-wait-seconds", str(r.wait_seconds), "--rollout-drain-timeout", str(r.drain_timeout_seconds)]
-    return [*args, "--rollout-delete-emptydir-data", _flag(r.delete_emptydir_data), "--rollout-force", _flag(r.force)]
+    for field, (flag, _) in ROLLOUT_FLAGS.items():
+        value = getattr(r, field)
+        if value != type(r).model_fields[field].default:
+            args += [flag, _flag(value) if isinstance(value, bool) else str(value)]
+    return args
 
 
 def runtime_args(b: GuestBootstrapSpec) -> list[str]:

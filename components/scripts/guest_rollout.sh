@@ -14,8 +14,9 @@
 # node has): no credential reaches the step. It talks to --rollout-api (the address the node joined through).
 set -euo pipefail
 
+# The defaults are RolloutSpec's (render/guest_scripts.py passes only the settings that differ; a test compares).
 ROLLOUT=0 ROLLOUT_NODE="" ROLLOUT_API="" ROLLOUT_MAX=1 ROLLOUT_LEASE=3600 ROLLOUT_WAIT=21600
-ROLLOUT_DRAIN_TIMEOUT=600 ROLLOUT_EMPTYDIR=1 ROLLOUT_FORCE=0 ROLLOUT_KUBECONFIG="" ROLLOUT_NAMESPACE=""
+ROLLOUT_DRAIN_TIMEOUT=600 ROLLOUT_EMPTYDIR=1 ROLLOUT_FORCE=0 ROLLOUT_KUBECONFIG="" ROLLOUT_NAMESPACE=proxmox-gpu-cluster
 ROLLOUT_POLL="${PGC_ROLLOUT_POLL:-5}"
 PGC_AGENT_DIR="${PGC_AGENT_DIR:-$(dirname "${BASH_SOURCE[0]:-.}")}"
 

@@ -204,10 +204,8 @@ def test_verify_expects_every_assigned_gpu() -> None:
     chain = steps(plan_stack(base_spec()), "ts-1")
     assert chain["verify"].plain_inputs["create"] == (
         f"{run_bundle('verify')} --gpu 10de:2236=NVIDIA-A10 --gpu 10de:2236=NVIDIA-A10 --nvidia-smi 1 --driver 580 "
-        "--containerd-nvidia 1 --rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443 "
-        "--rollout-namespace proxmox-gpu-cluster --rollout-max-unavailable 1 --rollout-lease-seconds 3600 --rollout-wait-seconds 21600 "
-        "--rollout-drain-timeout 600 --rollout-delete-emptydir-data 1 --rollout-force 0"
-    )
+        "--containerd-nvidia 1 --rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443"
+    )  # the rollout settings are all at their defaults, which the script has too
 
 
 @pytest.mark.parametrize(
@@ -329,3 +327,28 @@ def test_the_rolling_steps_carry_no_credential_and_wait_for_the_node_access() ->
         assert "CANARY-KUBECONFIG" not in json.dumps(r.plain_inputs) or r.type == "pulumi:providers:kubernetes", r.name
     versions = rec.outputs["driverVersions"]
     assert not is_secret(versions) and redact(versions) == dict.fromkeys(("mig-1", "mig-2", "ts-1"), "[unknown]")
+
+
+def test_rollout_settings_at_their_default_are_not_passed_and_the_script_has_the_same_defaults() -> None:
+    # The script's own defaults stand in for what is not passed: they must be RolloutSpec's, or a default setting
+    # would silently differ on the machine.
+    import re
+
+    from proxmox_gpu_cluster.core.guest_spec import RolloutSpec
+    from proxmox_gpu_cluster.render.guest_scripts import ROLLOUT_FLAGS, _flag
+    from proxmox_gpu_cluster.render.host_scripts import script
+
+    text = script("guest_rollout.sh")
+    shell: dict[str, str] = {}
+    for variable, value in re.findall(r"\b(ROLLOUT_[A-Z_]+)=([^\s\"]*)", text):
+        shell.setdefault(variable, value)  # the first assignment: the default, before any argument
+    for field, (flag, variable) in ROLLOUT_FLAGS.items():
+        default = RolloutSpec.model_fields[field].default
+        assert shell[variable] == (_flag(default) if isinstance(default, bool) else str(default)), field
+        assert f'  {flag}) {variable}="$2" ;;' in text, flag
+    b = STANDALONE.model_copy(update={"rollout": RolloutSpec()})
+    assert rollout_args(b) == ["--rollout", "1", "--rollout-node", b.node_name, "--rollout-api", b.api_endpoint]
+    tuned = b.model_copy(update={"rollout": RolloutSpec(max_unavailable=3, force=True, namespace="gpu-slots")})
+    assert rollout_args(tuned)[6:] == [
+        "--rollout-namespace", "gpu-slots", "--rollout-max-unavailable", "3", "--rollout-force", "1"
+    ]  # fmt: skip

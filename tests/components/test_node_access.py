@@ -66,4 +66,4 @@ def test_the_cluster_creates_it_in_the_slot_namespace_of_its_spec() -> None:
     rec = plan_stack(raw)
     assert rec.named("cluster-node-access-namespace").plain_inputs["metadata"]["name"] == "gpu-rollouts"
     verify = rec.named("cluster-ts-1-bootstrap-verify").plain_inputs["create"]
-    assert "--rollout-namespace gpu-rollouts " in verify
+    assert verify.endswith("--rollout-namespace gpu-rollouts")
