@@ -49,7 +49,7 @@ def simulate(nodes: int, max_unavailable: int) -> dict[str, float]:
         if failed:
             raise SystemExit(f"nodes failed: {failed}")
         state = cluster.state()
-        held = {name: lease["spec"].get("holderIdentity") for name, lease in state["leases"].items()}
+        held = {name: slot["data"].get("holder") for name, slot in state["configmaps"].items()}
         if any(held.values()) or state["cordoned"]:
             raise SystemExit(f"left behind: slots {held}, cordoned {state['cordoned']}")
         out: set[str] = set()
