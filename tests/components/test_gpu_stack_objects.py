@@ -76,7 +76,7 @@ def test_custom_resources_have_api_version_kind_and_required_fields() -> None:
     for group in rule["spec"]["groups"]:
         assert group["name"] and group["rules"]
         for r in group["rules"]:
-            assert r["expr"] and r["alert"]
+            assert r["expr"] and bool(r.get("alert")) != bool(r.get("record"))  # exactly one of the two
 
 
 @pytest.mark.parametrize("version", ["1.33", "1.34"])
