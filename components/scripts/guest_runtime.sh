@@ -79,6 +79,10 @@ setup_toolkit() {
   # re-running it rewrites the same content.
   args=(runtime configure --runtime=containerd)
   ((default_runtime)) && args+=(--set-as-default)
+  # With CDI the operator's device plugin hands out CDI device names, which containerd resolves only with its CRI
+  # plugin's enable_cdi on: off by default in containerd 1.7 (pkg/cri/config), on in 2.0. nvidia-ctk sets it
+  # in the same drop-in (runtime configure --cdi.enabled, "Enable CDI in the configured runtime").
+  ((cdi)) && args+=(--cdi.enabled)
   tool "nvidia-ctk runtime configure" nvidia-ctk "${args[@]}" >/dev/null
   if ((cdi)); then
     # The spec lists the GPUs and MIG devices that exist now. nvidia-cdi-refresh (toolkit 1.18+) regenerates

@@ -297,7 +297,8 @@ for pattern in cfg.get("imports", []):
 cri = cfg.get("plugins", {}).get("io.containerd.grpc.v1.cri", {}).get("containerd", {})
 runtimes = {n: {"runtimeType": r.get("runtime_type", ""), "options": r.get("options", {})}
             for n, r in cri.get("runtimes", {}).items()}
-config = {"containerd": {"defaultRuntimeName": cri.get("default_runtime_name", "runc"), "runtimes": runtimes}}
+config = {"containerd": {"defaultRuntimeName": cri.get("default_runtime_name", "runc"), "runtimes": runtimes},
+          "enableCDI": bool(cfg.get("plugins", {}).get("io.containerd.grpc.v1.cri", {}).get("enable_cdi", False))}
 print(json.dumps({"status": {"conditions": []}, "config": config}, indent=2))
 EOF"""
 )
@@ -355,10 +356,14 @@ _NVIDIA_CTK = r"""if [ "$1" = cdi ]; then out="${3#--output=}"; echo "cdiVersion
 c="$R/etc/containerd/config.toml"
 grep -q '^imports' "$c" || { printf 'imports = ["/etc/containerd/conf.d/*.toml"]\n' | cat - "$c" > "$c.n"; mv "$c.n" "$c"; }
 mkdir -p "$R/etc/containerd/conf.d"
-{ echo '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
+default=0 cdi=0
+for a in "$@"; do case "$a" in --set-as-default) default=1 ;; --cdi.enabled) cdi=1 ;; esac; done
+{ [ "$cdi" = 1 ] && echo '[plugins."io.containerd.grpc.v1.cri"]' && echo '  enable_cdi = true'
+  echo '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
   echo '  runtime_type = "io.containerd.runc.v2"'
-  [ "$4" = --set-as-default ] && echo '[plugins."io.containerd.grpc.v1.cri".containerd]' && \
+  [ "$default" = 1 ] && echo '[plugins."io.containerd.grpc.v1.cri".containerd]' && \
     echo '  default_runtime_name = "nvidia"'
+  true
 } > "$R/etc/containerd/conf.d/99-nvidia.toml"
 """
 

@@ -153,6 +153,18 @@ def test_cdi_spec_is_generated_once(guest: FakeGuest) -> None:
     assert guest.read("var/run/cdi/nvidia.yaml").startswith("cdiVersion")
 
 
+def test_cdi_turns_on_containerds_cdi_support_in_the_running_service(guest: FakeGuest) -> None:
+    # containerd 1.7 resolves CDI device names only with enable_cdi; without it the device plugin's CDI names fail.
+    def running_cdi() -> bool:  # the drop-in containerd was last restarted with (what crictl info reports)
+        running = guest.root / "fake-running/containerd/conf.d/99-nvidia.toml"
+        return running.exists() and "enable_cdi = true" in running.read_text()
+
+    assert guest.step("runtime", *runtime_args(spec(cdi=False))).returncode == 0
+    assert not running_cdi()
+    assert guest.step("runtime", *runtime_args(spec(cdi=True))).returncode == 0
+    assert running_cdi()  # the file, and containerd restarted with it
+
+
 def test_operator_managed_toolkit_leaves_containerd_to_the_operator(guest: FakeGuest) -> None:
     b = spec(driverMode="operator", toolkit=False)
     r = guest.step("runtime", *runtime_args(b))
