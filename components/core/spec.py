@@ -90,7 +90,7 @@ class ProxmoxNode(SpecModel):
 
     name: Name = Field(description="Proxmox node name as shown in the datacenter tree.")
     ssh_address: HostName = Field(description="Host name or IP address SSH reaches the node at.")
-    cpu_vendor: Literal["intel", "amd"] = Field(description="CPU vendor; selects intel_iommu or amd_iommu.")
+    cpu_vendor: Literal["intel", "amd"] = Field(description="CPU vendor (Intel kernels before 6.8 need intel_iommu=on)")
     boot_loader: Literal["grub", "systemd-boot", "auto"] = Field(
         default="auto", description="Where kernel arguments go; auto detects it on the host."
     )
@@ -109,6 +109,11 @@ class ProxmoxNode(SpecModel):
         default=False,
         description="Add pcie_acs_override=downstream,multifunction (splits IOMMU groups; weakens isolation). Needs "
         "hostPrep; IOMMU-group isolation is then checked by host verify after the reboot, not by the preflight.",
+    )
+    iommu_passthrough: bool = Field(
+        default=False,
+        description="Add ``iommu=pt`` (optional; a running kernel without it reboots once, as ``rebootPolicy`` "
+        "allows). Host prep never removes one already there.",
     )
     nested_virtualization: bool = Field(
         default=False,

@@ -1,4 +1,4 @@
-"""ProxmoxHostGpuPrep: IOMMU, vfio and driver blacklist on a Proxmox node, one reboot if needed, then verify."""
+"""ProxmoxHostGpuPrep: IOMMU, vfio-pci by PCI address on a Proxmox node, a reboot only if needed, then verify."""
 
 from __future__ import annotations
 
@@ -23,10 +23,15 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
     """Three steps over SSH, each waiting for the previous one, after ``<name>-agent`` (the node agent's host
     bundles copied to the node once; each step runs its bundle by fingerprint, see ``render/agent_bundle.py``):
 
-    1. ``prep``: host_prep.sh writes kernel arguments, vfio modules, blacklist and vfio-pci ids for the GPUs the
-       node declares, rebuilds the initramfs, binds newly declared GPUs to vfio-pci at runtime, and reboots only
-       when the running kernel lacks an argument, and then only as ``rebootPolicy`` allows (``when-idle``: no VM
-       or container running; otherwise the step fails naming them).
+    1. ``prep``: host_prep.sh decides the IOMMU from what runs (populated /sys/kernel/iommu_groups, the kernel
+       version): AMD's IOMMU is on by default and Intel's from kernel 6.8, so it adds ``intel_iommu=on`` only on
+       an older Intel kernel (or one with the IOMMU off) and ``iommu=pt`` only when ``iommuPassthrough`` asks;
+       it binds exactly the declared GPUs' PCI functions to vfio-pci by address (driver_override from vfio-pci's
+       modprobe install command, softdeps before the host drivers; never ``ids=``, which would take a console GPU
+       of the same model), blacklists the host drivers only when every NVIDIA card is passed through, rebuilds the
+       initramfs, binds at runtime when the IOMMU is on, and reboots only when the running kernel lacks a wanted
+       argument (or a GPU will not unbind), and then only as ``rebootPolicy`` allows (``when-idle``: no VM or
+       container running; otherwise the step fails naming them).
     2. ``wait``: where ``pulumi up`` runs, waits for the node to go down and answer again (bounded), if and only
        if step 1 scheduled a reboot.
     3. ``verify``: host_verify.sh checks IOMMU, interrupt remapping, vfio-pci binding and IOMMU-group isolation

@@ -15,27 +15,46 @@ from proxmox_gpu_cluster.render.host_scripts import kernel_args
 
 @dataclass(frozen=True)
 class HostReboot:
-    """Whether a run may reboot one Proxmox node."""
+    """Whether a run may reboot one Proxmox node, and why it would."""
 
     node: str
     may_reboot: str
     """``no`` (no host prep, or rebootPolicy never), ``when-idle`` or ``yes`` (rebootPolicy always)."""
     reason: str
-    """The one condition under which host prep reboots: the running kernel lacks one of these arguments."""
+    """The kernel arguments the spec asks for (``iommuPassthrough``, ``acsOverride``): a running kernel without one
+    of them is rebooted."""
     workers: tuple[str, ...]
     """This stack's worker VMs on the node: with ``yes`` a reboot takes them down too."""
+    iommu_off: bool = False
+    """An Intel node is also rebooted when its running kernel has the IOMMU off (kernels before 6.8 without
+    ``intel_iommu=on``): host prep adds the argument. AMD's IOMMU is on by default (an AMD node with it off fails
+    host prep instead: only the firmware can turn it on), as is Intel's from 6.8 (Proxmox VE 8.2+ and 9), so a
+    host whose IOMMU is on is never rebooted for it."""
+    prepared: bool = True
+    """Whether host prep runs on the node at all."""
+
+    @property
+    def condition(self) -> str:
+        """When host prep reboots the node, in words."""
+        why = []
+        if self.iommu_off:
+            why.append("its running kernel has the IOMMU off (Intel before kernel 6.8: host prep adds intel_iommu=on)")
+        if self.reason:
+            why.append(f"its running kernel lacks {self.reason}")
+        why.append("a declared GPU will not come off its host driver at runtime")
+        return " or ".join(why)
 
     @property
     def text(self) -> str:
         """One line for the plan."""
-        if self.may_reboot == "no":
-            if self.reason:
-                return (
-                    f"{self.node}: never rebooted by this stack (rebootPolicy never): if its kernel lacks "
-                    f"{self.reason}, host prep reports 'reboot: required' and host verify waits for you to reboot it"
-                )
+        if not self.prepared:
             return f"{self.node}: no host prep; never changed or rebooted by this stack"
-        condition = f"only if its running kernel lacks {self.reason}"
+        if self.may_reboot == "no":
+            return (
+                f"{self.node}: never rebooted by this stack (rebootPolicy never): if {self.condition}, host prep "
+                "reports 'reboot: required' and host verify waits for you to reboot it"
+            )
+        condition = f"only if {self.condition}"
         if self.may_reboot == "when-idle":
             return (
                 f"{self.node}: may reboot {condition}, and only when no VM or container runs on it (rebootPolicy "
@@ -49,9 +68,9 @@ def host_reboot(spec: ClusterSpec, node: ProxmoxNode) -> HostReboot:
     """The reboot decision host prep may take on ``node``."""
     workers = tuple(w.name for w in spec.workers if w.node == node.name)
     if not node.host_prep or not node.passthrough_gpus:
-        return HostReboot(node.name, "no", "", workers)
+        return HostReboot(node.name, "no", "", workers, prepared=False)
     may = {"never": "no", "when-idle": "when-idle", "always": "yes"}[node.reboot_policy]
-    return HostReboot(node.name, may, " ".join(kernel_args(node)), workers)
+    return HostReboot(node.name, may, " ".join(kernel_args(node)), workers, iommu_off=node.cpu_vendor == "intel")
 
 
 def disruption(spec: ClusterSpec) -> dict[str, object]:
@@ -61,7 +80,12 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
     reset = ["kubeadm reset"] if spec.kubernetes.join_method == "kubeadm" else []
     return {
         "hosts": {
-            r.node: {"mayReboot": r.may_reboot, "onlyIfKernelLacks": r.reason, "workers": list(r.workers)}
+            r.node: {
+                "mayReboot": r.may_reboot,
+                "onlyIfKernelLacks": r.reason,
+                "onlyIfIommuOff": r.iommu_off,
+                "workers": list(r.workers),
+            }
             for r in hosts
         },
         "workerRemoval": {

@@ -34,3 +34,71 @@ host_lock() {
   fi
   printf '%s (pid %s) since %s\n' "$1" "$$" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$HOST_LOCK"
 }
+
+# Files host prep manages, under ROOT (empty on a real host); STATE keeps its bookkeeping; changed lists the files a
+# run rewrote or removed.
+ROOT="${PGC_ROOT:-}"
+STATE="$ROOT/var/lib/proxmox-gpu-cluster"
+changed=()
+
+# put_file <file> <content>: atomically (a temporary file in the same directory, fsync, rename, fsync of the
+# directory), so a killed or failing write leaves the old file or the new one, never a truncated one. ENOSPC or a
+# read-only file system fail the step naming the file.
+put_file() {
+  local file="$1" content="$2" dir="${1%/*}" tmp err
+  [[ -d "$dir" ]] || err="$(mkdir -p "$dir" 2>&1)" || fail write "directory ${dir#"$ROOT"}" "${err:-mkdir failing}"
+  tmp="$(mktemp "$file.pgc-XXXXXX" 2>&1)" || fail write "a temporary file next to ${file#"$ROOT"}" "$tmp"
+  if ! err="$({
+    printf '%s\n' "$content" >"$tmp" && chmod 0644 "$tmp" && sync "$tmp" && mv -f "$tmp" "$file" && sync "$dir"
+  } 2>&1)"; then
+    rm -f "$tmp"
+    fail write "${file#"$ROOT"} written" "${err:-an error}"
+  fi
+}
+
+# mark <name>: the pending marker of a regeneration (empty, so creating it is atomic), made durable at once.
+mark() {
+  local err
+  [[ ! -e "$STATE/$1-pending" ]] || return 0
+  err="$({ mkdir -p "$STATE" && : >"$STATE/$1-pending" && sync "$STATE/$1-pending" "$STATE"; } 2>&1)" ||
+    fail write "${STATE#"$ROOT"}/$1-pending written" "${err:-an error}"
+}
+
+# differs <file> <content>: whether the file is missing or holds something else.
+differs() {
+  [[ ! -f "$1" ]] || [[ "$(<"$1")" != "$2" ]]
+}
+
+# put <file> <content>: write it when it differs (leftover temporary files of a killed run go first); remember it.
+put() {
+  local file="$1" content="$2"
+  rm -f "$file".pgc-*
+  differs "$file" "$content" || return 0
+  put_file "$file" "$content"
+  changed+=("${file#"$ROOT"}")
+}
+
+# regenerate <name> <command...>: rebuild what boots from the files. The pending marker is written first and
+# removed only after the tool succeeded, so a run that fails or is cut off in between is redone by the next one.
+# The tool's output goes to stderr (stdout is the step's report); on failure it follows the step's line.
+regenerate() {
+  local name="$1" out rc=0
+  shift
+  mark "$name"
+  out="$("$@" 2>&1)" || rc=$?
+  if ((rc)); then
+    echo "${STEP:-host}: $name: expected '$*' to exit 0, saw exit $rc (the next run redoes it; its output follows)" >&2
+    printf '%s\n' "$out" >&2
+    exit 1
+  fi
+  [[ -z "$out" ]] || printf '%s\n' "$out" >&2
+}
+
+# drop <file>: remove it when present (leftover temporary files of a killed run too); remember it.
+drop() {
+  local err
+  rm -f "$1".pgc-*
+  [[ -e "$1" ]] || return 0
+  err="$({ rm -f "$1" && sync "${1%/*}"; } 2>&1)" || fail write "${1#"$ROOT"} removed" "${err:-an error}"
+  changed+=("${1#"$ROOT"} (removed)")
+}

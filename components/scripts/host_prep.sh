@@ -1,32 +1,51 @@
 #!/usr/bin/env bash
-# Prepare a Proxmox VE node for GPU passthrough: IOMMU kernel arguments, vfio modules, host driver blacklist,
-# vfio-pci for the GPUs the node declares.
+# Prepare a Proxmox VE node for GPU passthrough: the IOMMU (kernel arguments only where the running kernel needs
+# them), vfio-pci for exactly the PCI functions of the GPUs the node declares (by address), the host driver
+# blacklist only where every card of that driver is passed through.
 # Usage: host_prep.sh --cpu-vendor intel|amd --boot-loader grub|systemd-boot|auto --acs-override 0|1
-#                     --reboot-policy when-idle|always|never --gpu <domain:bus:device>=<vendor:device> [--gpu ...]
+#                     --reboot-policy when-idle|always|never [--iommu-pt 0|1]
+#                     --gpu <domain:bus:device>=<vendor:device> [--gpu ...]
 # Every path is under $PGC_ROOT (empty on a real host) so tests can run against a fake root.
+#
+# The IOMMU is decided from what runs, never from words on the command line: it is active when
+# /sys/kernel/iommu_groups is populated. AMD's IOMMU driver is on by default (kernel-parameters.txt: amd_iommu=
+# takes off, fullflush, force_isolation, force_enable, pgtbl_v1/v2: "on" is not a value, so amd_iommu=on is never
+# written and an old one is removed); Intel's follows CONFIG_INTEL_IOMMU_DEFAULT_ON (drivers/iommu/intel/iommu.c:
+# dmar_disabled = !IS_ENABLED(CONFIG_INTEL_IOMMU_DEFAULT_ON)), which Proxmox's kernels set from 6.8 (Proxmox VE
+# 8.2+ and 9; pve-docs qm-pci-passthrough, "IOMMU": "With recent kernels (6.8 or newer), this is also true for
+# Intel CPUs"). So intel_iommu=on is added on Intel only when the running kernel is older than 6.8 or its IOMMU is
+# off; iommu=pt only with --iommu-pt 1 (pve-docs: optional, "might increase performance").
+#
+# GPUs are bound by PCI address, never by vendor:device id (options vfio-pci ids= takes every card of the model, a
+# console GPU too): vfio.conf gives vfio-pci an install command that writes driver_override for exactly the declared
+# functions, then inserts vfio-pci; softdeps load vfio-pci before each host driver (nouveau, nvidia, snd_hda_intel).
+# libkmod (modprobe, udev, systemd-modules-load) loads a softdep's pre modules first, running their install commands
+# (libkmod-module.c __kmod_module_fill_softdep: only a module that HAS softdeps skips its own), so the overrides are
+# set before any host driver registers, and a device with driver_override only matches the driver of that name
+# (Documentation/ABI/testing/sysfs-bus-pci, driver_override; drivers/pci/pci-driver.c pci_match_device).
 #
 # Converges from any state: it compares what is wanted with what it observes, never with what this run changed:
 # the files (rewritten atomically when they differ); the boot configuration GENERATED from them (GRUB: the default
 # entry of /boot/grub/grub.cfg; systemd-boot: the /etc/kernel/cmdline the last successful proxmox-boot-tool refresh
 # copied to the ESPs, recorded here as the ESPs are not mounted); the initramfs (a fingerprint of the module files
 # the last successful update-initramfs packed, a "pending" marker written before each regeneration); the running
-# /proc/cmdline; the live vfio-pci bindings. Only a missing kernel argument (or a GPU that will not unbind) needs
-# a reboot; a GPU newly declared on a node running with the IOMMU on is bound at runtime. The reboot follows
-# --reboot-policy: when-idle only with no VM or container running (else the step fails naming them), always
-# anyway, never: "reboot: required" and left to you. A scheduled reboot is recorded with its boot id: a node that
-# came back (new boot id) without what the reboot was for fails the step instead of rebooting again.
-# Prints "changed: <file>" per rewritten file, "vfio: ..." per runtime binding, and finally "reboot: scheduled",
-# "reboot: required" or "reboot: not-needed". Failures: one line "host-prep: <what>: expected <x>, saw <y>" (a
-# tool's own output below it), exit 1.
+# /proc/cmdline and IOMMU; the live vfio-pci bindings. Only a wanted kernel argument the running kernel lacks (or a
+# GPU that will not unbind) needs a reboot; with the IOMMU active, declared GPUs are bound at runtime, and other
+# file changes (amd_iommu=on removed, ids= become driver_override) take effect at the next boot, whenever it is.
+# The reboot follows --reboot-policy: when-idle only with no VM or container running (else the step fails naming
+# them), always anyway, never: "reboot: required" and left to you. A scheduled reboot is recorded with its boot id:
+# a node that came back (new boot id) without what the reboot was for fails the step instead of rebooting again.
+# Prints "changed: <file>" per rewritten file ("... (removed)" per removed one), "vfio: ..." per runtime binding,
+# then "reboot: scheduled", "reboot: required" or "reboot: not-needed". Failures: one line "host-prep: <what>:
+# expected <x>, saw <y>" (a tool's own output below it), exit 1.
 set -euo pipefail
 
 ROOT="${PGC_ROOT:-}"
-STATE="$ROOT/var/lib/proxmox-gpu-cluster"
 MARKER="$ROOT/run/proxmox-gpu-cluster/reboot-required"
 SCHEDULED="$STATE/reboot-scheduled"
 # shellcheck disable=SC2034 # read by host_lib.sh (failure lines, the ERR trap)
 STEP="host-prep"
-cpu_vendor="" boot_loader="auto" acs_override=0 reboot_policy="when-idle" gpus=() changed=()
+cpu_vendor="" boot_loader="auto" acs_override=0 reboot_policy="when-idle" iommu_pt=0 gpus=() changed=()
 
 while (($#)); do
   case "$1" in
@@ -34,6 +53,7 @@ while (($#)); do
   --boot-loader) boot_loader="$2" ;;
   --acs-override) acs_override="$2" ;;
   --reboot-policy) reboot_policy="$2" ;;
+  --iommu-pt) iommu_pt="$2" ;;
   --gpu) gpus+=("$2") ;;
   *) fail arguments "a known argument" "$1" ;;
   esac
@@ -50,58 +70,35 @@ when-idle | always | never) ;;
 esac
 [[ ${#gpus[@]} -gt 0 ]] || fail arguments "at least one --gpu" "none"
 
-wanted_args=("${cpu_vendor}_iommu=on" "iommu=pt")
+# The kernel arguments the spec asks for; intel_iommu=on joins them in main, from the running kernel.
+wanted_args=()
+[[ "$iommu_pt" != 1 ]] || wanted_args+=("iommu=pt")
 [[ "$acs_override" != 1 ]] || wanted_args+=("pcie_acs_override=downstream,multifunction")
+# Arguments removed wherever found: amd_iommu=on is no value of amd_iommu= (an earlier version wrote it).
+unwanted_args=("amd_iommu=on")
 
-# put_file <file> <content>: atomically (a temporary file in the same directory, fsync, rename, fsync of the
-# directory), so a killed or failing write leaves the old file or the new one, never a truncated one. ENOSPC or a
-# read-only file system fail the step naming the file.
-put_file() {
-  local file="$1" content="$2" dir="${1%/*}" tmp err
-  [[ -d "$dir" ]] || err="$(mkdir -p "$dir" 2>&1)" || fail write "directory ${dir#"$ROOT"}" "${err:-mkdir failing}"
-  tmp="$(mktemp "$file.pgc-XXXXXX" 2>&1)" || fail write "a temporary file next to ${file#"$ROOT"}" "$tmp"
-  if ! err="$({
-    printf '%s\n' "$content" >"$tmp" && chmod 0644 "$tmp" && sync "$tmp" && mv -f "$tmp" "$file" && sync "$dir"
-  } 2>&1)"; then
-    rm -f "$tmp"
-    fail write "${file#"$ROOT"} written" "${err:-an error}"
-  fi
-}
-
-# mark <name>: the pending marker of a regeneration (empty, so creating it is atomic), made durable at once.
-mark() {
-  local err
-  [[ ! -e "$STATE/$1-pending" ]] || return 0
-  err="$({ mkdir -p "$STATE" && : >"$STATE/$1-pending" && sync "$STATE/$1-pending" "$STATE"; } 2>&1)" ||
-    fail write "${STATE#"$ROOT"}/$1-pending written" "${err:-an error}"
-}
-
-# differs <file> <content>: whether the file is missing or holds something else.
-differs() {
-  [[ ! -f "$1" ]] || [[ "$(<"$1")" != "$2" ]]
-}
-
-# put <file> <content>: write it when it differs (leftover temporary files of a killed run go first); remember it.
-put() {
-  local file="$1" content="$2"
-  rm -f "$file".pgc-*
-  differs "$file" "$content" || return 0
-  put_file "$file" "$content"
-  changed+=("${file#"$ROOT"}")
-}
-
-# Merge the wanted arguments into a kernel command line: an argument with the same key is replaced,
-# everything else is kept in order, nothing is duplicated.
+# Merge the wanted arguments into a kernel command line: one already there stays where it is, one with the same
+# key (iommu=soft for iommu=pt) is replaced in place, the others are appended; unwanted ones go; everything else is
+# kept in order; nothing is duplicated. So a line that already holds what is wanted comes out unchanged.
 merge_args() {
-  local token keys=" " out=() tokens=()
-  for token in "${wanted_args[@]}"; do
-    keys+="${token%%=*} "
-  done
+  local token want found out=() tokens=() placed=" "
   read -r -a tokens <<<"$1" || true
   for token in "${tokens[@]}"; do
-    [[ "$keys" == *" ${token%%=*} "* ]] || out+=("$token")
+    [[ " ${unwanted_args[*]} " != *" $token "* ]] || continue
+    found=""
+    for want in "${wanted_args[@]}"; do
+      [[ "${want%%=*}" != "${token%%=*}" ]] || found="$want"
+    done
+    if [[ -z "$found" ]]; then
+      out+=("$token")
+    elif [[ "$placed" != *" $found "* ]]; then
+      out+=("$found")
+      placed+="$found "
+    fi
   done
-  out+=("${wanted_args[@]}")
+  for want in "${wanted_args[@]}"; do
+    [[ "$placed" == *" $want "* ]] || out+=("$want")
+  done
   echo "${out[*]}"
 }
 
@@ -114,22 +111,6 @@ detect_boot_loader() {
   else
     echo grub
   fi
-}
-
-# regenerate <name> <command...>: rebuild what boots from the files. The pending marker is written first and
-# removed only after the tool succeeded, so a run that fails or is cut off in between is redone by the next one.
-# The tool's output goes to stderr (stdout is the step's report); on failure it follows the step's line.
-regenerate() {
-  local name="$1" out rc=0
-  shift
-  mark "$name"
-  out="$("$@" 2>&1)" || rc=$?
-  if ((rc)); then
-    echo "host-prep: $name: expected '$*' to exit 0, saw exit $rc (the next run redoes it; its output follows)" >&2
-    printf '%s\n' "$out" >&2
-    exit 1
-  fi
-  [[ -z "$out" ]] || printf '%s\n' "$out" >&2
 }
 
 # has_args <command line>: whether it holds every wanted argument; the missing ones in $missing.
@@ -150,9 +131,29 @@ grub_generated() {
   echo "${words[*]}"
 }
 
-# initramfs_fingerprint: of the module files this step manages, as the initramfs should pack them.
+# initramfs_fingerprint: of the module files this step manages (which exist, and what they hold), as the initramfs
+# should pack them.
 initramfs_fingerprint() {
-  cat "${initramfs_files[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1
+  local file
+  for file in "${initramfs_files[@]}"; do
+    [[ ! -f "$file" ]] || { echo "### ${file#"$ROOT"}" && cat "$file"; }
+  done | sha256sum | cut -d' ' -f1
+}
+
+# iommu_active: whether the running kernel has an IOMMU: the IOMMU driver creates /sys/kernel/iommu_groups/<n>
+# at boot, and only when it is on (pve-docs qm-pci-passthrough checks isolation there).
+iommu_active() {
+  compgen -G "$ROOT/sys/kernel/iommu_groups/*" >/dev/null
+}
+
+# intel_default_on <release>: whether a kernel of this release turns VT-d on without intel_iommu=on: Proxmox's
+# kernels from 6.8 set CONFIG_INTEL_IOMMU_DEFAULT_ON (pve-docs qm-pci-passthrough, "IOMMU").
+intel_default_on() {
+  local major minor
+  IFS=.- read -r major minor _ <<<"$1" || true
+  [[ "$major" =~ ^[0-9]+$ && "$minor" =~ ^[0-9]+$ ]] ||
+    fail kernel "a release like 6.8.12-4-pve in /proc/sys/kernel/osrelease" "'$1'"
+  ((major > 6 || (major == 6 && minor >= 8)))
 }
 
 # bound_driver <sysfs device>: the driver bound to it, or nothing.
@@ -194,13 +195,21 @@ running_guests() {
 }
 
 main() {
-  local current merged boot_file boot_content refresh_boot=() functions=() ids=() fn slot expected id found
-  local id_list gpu file running boot_id unbound=() reason guests="" generated
+  local current merged boot_file boot_content refresh_boot=() functions=() fn slot expected id found
+  local gpu file running boot_id unbound=() reason guests="" generated release iommu=0 others=() vendor class
   local scheduled_boot="" scheduled_reason="" scheduled_config=""
   local -a missing=() initramfs_files
   local -A content=()
   host_lock host-prep # host_lib.sh
   [[ "$boot_loader" != auto ]] || boot_loader="$(detect_boot_loader)"
+
+  # intel_iommu=on only where the running kernel needs it: before 6.8, or with its IOMMU off (say intel_iommu=off,
+  # or a kernel built without CONFIG_INTEL_IOMMU_DEFAULT_ON). Never removed once there: it is valid and harmless.
+  release="$(cat "$ROOT/proc/sys/kernel/osrelease")"
+  ! iommu_active || iommu=1
+  if [[ "$cpu_vendor" == intel ]] && { ! intel_default_on "$release" || ((!iommu)); }; then
+    wanted_args=("intel_iommu=on" ${wanted_args[@]+"${wanted_args[@]}"})
+  fi
 
   case "$boot_loader" in
   grub)
@@ -225,39 +234,52 @@ main() {
   *) fail arguments "--boot-loader grub, systemd-boot or auto" "'$boot_loader'" ;;
   esac
 
-  # vendor:device of every function of every declared GPU (the GPU and e.g. its audio or USB-C functions).
+  # Every function of every declared GPU (the GPU and e.g. its audio or USB-C functions), by address.
   for gpu in "${gpus[@]}"; do
     slot="${gpu%%=*}"
     expected="${gpu#*=}"
     found=0
     for fn in "$ROOT/sys/bus/pci/devices/$slot".*; do
       [[ -e "$fn/vendor" ]] || continue
-      id="$(sed 's/^0x//' "$fn/vendor"):$(sed 's/^0x//' "$fn/device")"
       if [[ "${fn##*/}" == "$slot.0" ]]; then
         found=1
+        id="$(sed 's/^0x//' "$fn/vendor"):$(sed 's/^0x//' "$fn/device")"
         [[ "$id" == "$expected" ]] || fail vfio-ids "$expected at $slot.0 (the spec's model)" "$id"
       fi
-      ids+=("$id")
       functions+=("${fn##*/}")
     done
     ((found)) || fail vfio-ids "a PCI device at $slot.0" "none"
   done
-  id_list="$(printf '%s\n' "${ids[@]}" | sort -u | paste -sd, -)"
+  # NVIDIA display functions (class 0x03xxxx) the node does not declare, a console GPU say: they need their
+  # host driver, so nouveau and nvidia may be blacklisted only when there is none.
+  for fn in "$ROOT"/sys/bus/pci/devices/*; do
+    vendor="$(cat "$fn/vendor" 2>/dev/null || true)"
+    class="$(cat "$fn/class" 2>/dev/null || true)"
+    [[ "$vendor" == 0x10de && "$class" == 0x03* && " ${functions[*]} " != *" ${fn##*/} "* ]] || continue
+    others+=("${fn##*/}")
+  done
 
   # vfio_virqfd is not listed: it is built into vfio since kernel 6.2 (Proxmox VE 8).
   content["$ROOT/etc/modules-load.d/vfio.conf"]="# Managed by proxmox-gpu-cluster
 vfio
 vfio_iommu_type1
 vfio_pci"
-  content["$ROOT/etc/modprobe.d/blacklist-gpu-passthrough.conf"]="# Managed by proxmox-gpu-cluster: host drivers must \
-not claim passthrough GPUs
+  if ((${#others[@]} == 0)); then
+    content["$ROOT/etc/modprobe.d/blacklist-gpu-passthrough.conf"]="# Managed by proxmox-gpu-cluster: every NVIDIA \
+GPU of this node is passed through, host drivers must not load
 blacklist nouveau
 blacklist nvidia
 blacklist nvidiafb
 blacklist nvidia_drm"
-  # softdep makes modprobe load vfio-pci before any GPU driver, so vfio-pci binds the ids first.
-  content["$ROOT/etc/modprobe.d/vfio.conf"]="# Managed by proxmox-gpu-cluster
-options vfio-pci ids=$id_list
+  fi
+  # By address: whenever modprobe loads vfio-pci (a softdep of each host driver below, or modules-load.d) it runs
+  # this install command, which sets driver_override on exactly these functions and then inserts vfio-pci, which
+  # binds them; the host drivers load after it and match every other device. A function missing from this boot
+  # (its card removed) is skipped. No "options vfio-pci ids=": that takes every card of the model.
+  content["$ROOT/etc/modprobe.d/vfio.conf"]="# Managed by proxmox-gpu-cluster: vfio-pci takes exactly these PCI functions \
+(driver_override), the host drivers everything else
+install vfio-pci for f in ${functions[*]}; do [ ! -e /sys/bus/pci/devices/\$f/driver_override ] || echo vfio-pci \
+> /sys/bus/pci/devices/\$f/driver_override; done; modprobe --ignore-install vfio-pci \$CMDLINE_OPTS
 softdep nouveau pre: vfio-pci
 softdep nvidia pre: vfio-pci
 softdep nvidiafb pre: vfio-pci
@@ -269,13 +291,17 @@ softdep snd_hda_intel pre: vfio-pci"
   # The pending markers go first, so a run cut off after a file changed redoes the regeneration it needs.
   ! differs "$boot_file" "$boot_content" || mark boot-loader
   for file in "${initramfs_files[@]}"; do
-    ! differs "$file" "${content[$file]}" || mark initramfs
+    if [[ -v "content[$file]" ]]; then
+      ! differs "$file" "${content[$file]}" || mark initramfs
+    elif [[ -e "$file" ]]; then
+      mark initramfs
+    fi
   done
   put "$boot_file" "$boot_content"
   for file in "${initramfs_files[@]}"; do
-    put "$file" "${content[$file]}"
+    if [[ -v "content[$file]" ]]; then put "$file" "${content[$file]}"; else drop "$file"; fi
   done
-  for file in "${changed[@]}"; do
+  for file in ${changed[@]+"${changed[@]}"}; do
     echo "changed: $file"
   done
 
@@ -309,10 +335,15 @@ update-grub" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_
   running="$(cat "$ROOT/proc/cmdline")"
   boot_id="$(cat "$ROOT/proc/sys/kernel/random/boot_id" 2>/dev/null || true)"
   if has_args "$running"; then
-    # The IOMMU is on: newly declared GPUs go to vfio-pci now instead of at the next boot.
+    # Nothing a reboot could add: an IOMMU still off is the firmware's (or an *iommu=off the spec does not manage).
+    ((iommu)) || fail iommu "an active IOMMU (entries in /sys/kernel/iommu_groups) on kernel $release with \
+'$running'" "none; turn on VT-d (Intel) or the IOMMU/AMD-Vi (AMD) in the firmware setup, and remove any \
+intel_iommu=off, amd_iommu=off or iommu=off from the kernel command line"
+    # The IOMMU is on: declared GPUs go to vfio-pci now instead of at the next boot.
     [[ -d "$ROOT/sys/module/vfio_pci" ]] || modprobe vfio-pci || fail vfio "modprobe vfio-pci to exit 0" "a failure"
+    # One retry: a write cut short (a transient error, a probe racing udev) is not yet "will not unbind".
     for fn in "${functions[@]}"; do
-      bind_vfio "$fn" || unbound+=("$fn")
+      bind_vfio "$fn" || bind_vfio "$fn" || unbound+=("$fn")
     done
   fi
   if ((${#missing[@]})); then

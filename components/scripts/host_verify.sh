@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Verify a Proxmox VE node after GPU host preparation (and its reboot): IOMMU on, interrupt remapping on,
-# the kernel arguments active, every function of every passthrough GPU bound to vfio-pci, and each GPU's
+# Verify a Proxmox VE node after GPU host preparation (and its reboot): IOMMU on (populated
+# /sys/kernel/iommu_groups), interrupt remapping on, the kernel arguments the spec asks for (iommu=pt, the ACS
+# override) active, every function of every passthrough GPU bound to vfio-pci, and each GPU's
 # IOMMU group holding nothing but that GPU's functions and PCI bridges; with --nested 1 (the node hosts a KubeVirt
 # worker, which runs VMs of its own), nested virtualization on in the kvm module.
 #
@@ -33,32 +34,39 @@ kernel_log() {
   journalctl -k -b 0 --no-pager 2>/dev/null || true
 }
 
+# pending_reboot: "; <why>" when host prep waits for a reboot, or the one it scheduled came back without what it
+# was for; nothing otherwise.
+pending_reboot() {
+  local scheduled=""
+  # host_prep.sh leaves this marker (in /run: a reboot clears it) when it could not or may not reboot.
+  if [[ -s "$ROOT/run/proxmox-gpu-cluster/reboot-required" ]]; then
+    echo "; host prep is waiting for a reboot ($(head -n 1 "$ROOT/run/proxmox-gpu-cluster/reboot-required")):" \
+      "reboot the node, then run pulumi up again"
+  elif [[ -s "$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" ]]; then
+    # host_prep.sh records the boot id it scheduled a reboot in: a different one now means it happened.
+    read -r scheduled _ <"$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" || true
+    if [[ "$scheduled" != "$(cat "$ROOT/proc/sys/kernel/random/boot_id" 2>/dev/null || true)" ]]; then
+      echo "; the reboot host prep scheduled (in boot $scheduled) came back without it: the node boots something" \
+        "other than the configuration host prep generated (is its bootLoader right?)"
+    fi
+  fi
+}
+
 # Every check runs from main with stdin closed: only the agent prologue reads stdin.
 main() {
   host_lock host-verify # host_lib.sh
   running="$(cat "$ROOT/proc/cmdline")"
+  pending="$(pending_reboot)"
   for arg in "${kernel_args[@]}"; do
-    if [[ " $running " != *" $arg "* ]]; then
-      pending=""
-      # host_prep.sh leaves this marker (in /run: a reboot clears it) when it could not or may not reboot.
-      if [[ -s "$ROOT/run/proxmox-gpu-cluster/reboot-required" ]]; then
-        pending="; host prep is waiting for a reboot ($(head -n 1 "$ROOT/run/proxmox-gpu-cluster/reboot-required")):"
-        pending+=" reboot the node, then run pulumi up again"
-      elif [[ -s "$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" ]]; then
-        # host_prep.sh records the boot id it scheduled a reboot in: a different one now means it happened.
-        read -r scheduled _ <"$ROOT/var/lib/proxmox-gpu-cluster/reboot-scheduled" || true
-        if [[ "$scheduled" != "$(cat "$ROOT/proc/sys/kernel/random/boot_id" 2>/dev/null || true)" ]]; then
-          pending="; the reboot host prep scheduled (in boot $scheduled) came back without it: the node boots something"
-          pending+=" other than the configuration host prep generated (is its bootLoader right?)"
-        fi
-      fi
-      fail kernel-args "$arg in /proc/cmdline" "$running$pending"
-    fi
+    [[ " $running " == *" $arg "* ]] || fail kernel-args "$arg in /proc/cmdline" "$running$pending"
   done
 
   log="$(kernel_log)"
-  if [[ -z "$(ls -A "$ROOT/sys/class/iommu" 2>/dev/null)" ]] && ! grep -qE 'DMAR: IOMMU enabled|AMD-Vi: .*(IOMMU|iommu)' <<<"$log"; then
-    fail iommu "entries in /sys/class/iommu or a DMAR/AMD-Vi line in the kernel log" "neither"
+  # The IOMMU is what runs, not what the command line says (amd_iommu=on is no value; AMD's IOMMU and, from kernel
+  # 6.8, Intel's are on without any argument): its driver creates the groups at boot, and only when it is on.
+  if [[ -z "$(ls -A "$ROOT/sys/kernel/iommu_groups" 2>/dev/null)" ]]; then
+    fail iommu "entries in /sys/kernel/iommu_groups (an active IOMMU)" "none (kernel log: $(grep -E 'DMAR|AMD-Vi' \
+<<<"$log" | tail -n 1 || true))$pending"
   fi
   if ! grep -qE 'Enabled IRQ remapping|Interrupt remapping enabled' <<<"$log"; then
     fail interrupt-remapping "'Enabled IRQ remapping' (Intel) or 'Interrupt remapping enabled' (AMD)" \

@@ -14,7 +14,7 @@ def test_each_policy() -> None:
         raw["proxmox"]["nodes"][1].update(hostPrep=True, rebootPolicy=policy)
         spec = load_spec(raw)
         reboot = host_reboot(spec, spec.node("pve2"))
-        assert reboot.may_reboot == may and reboot.reason == "intel_iommu=on iommu=pt"
+        assert reboot.may_reboot == may and reboot.reason == "" and reboot.iommu_off  # pve2 is an Intel node
         assert reboot.workers == ("ts-1",)
     spec = load_spec(base_spec())
     assert host_reboot(spec, spec.node("pve1")).text == "pve1: no host prep; never changed or rebooted by this stack"
@@ -28,7 +28,8 @@ def test_lines_and_document() -> None:
     spec = load_spec(raw)
     lines = disruption_lines(spec)
     assert lines[1] == (
-        "Proxmox node pve2: may reboot only if its running kernel lacks intel_iommu=on iommu=pt, even with guests "
+        "Proxmox node pve2: may reboot only if its running kernel has the IOMMU off (Intel before kernel 6.8: host "
+        "prep adds intel_iommu=on) or a declared GPU will not come off its host driver at runtime, even with guests "
         "running (rebootPolicy always); this stack's VMs there go down with it: ts-1"
     )
     assert "drained (at most 120 s, PodDisruptionBudgets respected), reset (kubeadm reset)" in lines[2]
@@ -42,6 +43,30 @@ def test_lines_and_document() -> None:
     }
     raw["kubernetes"]["joinMethod"] = "none"
     assert "kubeadm reset" not in disruption(load_spec(raw))["workerRemoval"]["order"]  # type: ignore[index]
+
+
+def test_which_hosts_still_need_a_reboot_and_why() -> None:
+    # Issue 24: an AMD node's IOMMU is on by default and an Intel node's from kernel 6.8: neither is rebooted for
+    # IOMMU words; only what the spec asks for (iommu=pt, the ACS override) or an Intel kernel with it off is.
+    raw = base_spec()
+    raw["proxmox"]["nodes"][0].update(hostPrep=True)  # pve1: AMD
+    raw["proxmox"]["nodes"][1].update(hostPrep=True, iommuPassthrough=True, rebootPolicy="never")  # pve2: Intel
+    spec = load_spec(raw)
+    amd, intel = host_reboot(spec, spec.node("pve1")), host_reboot(spec, spec.node("pve2"))
+    assert (amd.reason, amd.iommu_off) == ("", False)
+    assert amd.text == (
+        "pve1: may reboot only if a declared GPU will not come off its host driver at runtime, and only when no VM or "
+        "container runs on it (rebootPolicy when-idle: otherwise the step fails and names them)"
+    )
+    assert (intel.reason, intel.iommu_off) == ("iommu=pt", True)
+    assert intel.text.startswith(
+        "pve2: never rebooted by this stack (rebootPolicy never): if its running kernel has the IOMMU off (Intel "
+        "before kernel 6.8: host prep adds intel_iommu=on) or its running kernel lacks iommu=pt or a declared GPU"
+    )
+    hosts = disruption(spec)["hosts"]
+    assert hosts["pve1"] == {  # type: ignore[index]
+        "mayReboot": "when-idle", "onlyIfKernelLacks": "", "onlyIfIommuOff": False, "workers": ["mig-1", "mig-2"]
+    }  # fmt: skip
 
 
 def test_operator_mode_says_how_a_driver_change_rolls() -> None:

@@ -27,16 +27,32 @@ def test_args_follow_the_node_only() -> None:
     raw = base_spec()
     raw["proxmox"]["nodes"][0].update(acsOverride=True, hostPrep=True, rebootPolicy="never")
     node = load_spec(raw).node("pve1")
-    assert kernel_args(node) == ["amd_iommu=on", "iommu=pt", "pcie_acs_override=downstream,multifunction"]
+    # No IOMMU words: amd_iommu=on is no value, and whether an Intel node needs intel_iommu=on is the running
+    # kernel's to say (host_prep.sh decides on the node).
+    assert kernel_args(node) == ["pcie_acs_override=downstream,multifunction"]
     # Every declared GPU but the console T4, claimed or not (a10-0 on pve1 has no worker).
     gpus = ["--gpu", "0000:41:00=10de:20f1", "--gpu", "0000:42:00=10de:20f1", "--gpu", "0000:81:00=10de:2236"]
     assert prep_args(node) == [
         "--cpu-vendor", "amd", "--boot-loader", "auto", "--acs-override", "1", "--reboot-policy", "never", *gpus,
     ]  # fmt: skip
-    assert verify_args(node)[-6:] == ["--gpu", "0000:41:00", "--gpu", "0000:42:00", "--gpu", "0000:81:00"]
+    assert verify_args(node) == [
+        "--kernel-arg", "pcie_acs_override=downstream,multifunction",
+        "--gpu", "0000:41:00", "--gpu", "0000:42:00", "--gpu", "0000:81:00",
+    ]  # fmt: skip
     assert "--nested" not in verify_args(node)
     raw["proxmox"]["nodes"][0]["nestedVirtualization"] = True
     assert verify_args(load_spec(raw).node("pve1"))[-2:] == ["--nested", "1"]
+
+
+def test_iommu_passthrough_is_a_spec_choice() -> None:
+    raw = base_spec()
+    raw["proxmox"]["nodes"][0].update(hostPrep=True, iommuPassthrough=True)
+    node = load_spec(raw).node("pve1")
+    assert kernel_args(node) == ["iommu=pt"]
+    assert prep_args(node)[6:10] == ["--reboot-policy", "when-idle", "--iommu-pt", "1"]
+    assert verify_args(node)[:2] == ["--kernel-arg", "iommu=pt"]
+    raw["proxmox"]["nodes"][0]["iommuPassthrough"] = False
+    assert "--iommu-pt" not in prep_args(load_spec(raw).node("pve1"))
 
 
 def test_retire_args() -> None:

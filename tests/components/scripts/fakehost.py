@@ -11,17 +11,23 @@ Proxmox the steps touch, with a boot model in which a reboot boots what was last
 - ``update-initramfs -u -k all`` packs /etc/modprobe.d/*.conf into /boot/initrd.img-<version> (.new, renamed).
 - ``reboot()``: /proc/cmdline is the default GRUB entry's line, or the ESP entry's options when the node boots
   with systemd-boot (/etc/kernel/proxmox-boot-uuids exists); a new boot id (/proc/sys/kernel/random/boot_id);
-  /run emptied (a tmpfs); every VM stopped; in the initramfs, devices are claimed first using ITS blacklist and
-  ``options vfio-pci ids=`` (vfio-pci only with the IOMMU on: ``<vendor>_iommu=on``); then systemd-modules-load
-  loads /etc/modules and /etc/modules-load.d from the root file system, and a vfio-pci loaded there takes the
-  still unclaimed devices of /etc/modprobe.d's ids; IOMMU groups, /sys/class/iommu and the kernel log (dmesg,
-  journalctl -k: AMD-Vi or DMAR lines) exist only with the IOMMU on. The initramfs copy Proxmox's hook puts on the
-  ESPs is taken to be /boot's.
+  /run emptied (a tmpfs); every VM stopped; the kernel ``self.kernel`` (/proc/sys/kernel/osrelease) with the IOMMU
+  on or off as the real one decides (``iommu_on``: AMD on by default, ``amd_iommu=off`` or ``iommu=off`` turn it
+  off, ``amd_iommu=on`` is no value and changes nothing; Intel ``intel_iommu=on``/``off``, else on from kernel 6.8,
+  Proxmox's CONFIG_INTEL_IOMMU_DEFAULT_ON; never with the firmware's IOMMU off); every driver_override cleared
+  ("(null)", as the kernel shows it); then modules load as kmod loads them (fakehost_tools.Boot: softdeps first,
+  vfio-pci's install command run by a shell in the fake root, ``ids=`` as vfio-pci's parameter): udev loads each
+  device's host driver in the initramfs with ITS modprobe.d copy and blacklist, then again on the root file system
+  with /etc/modprobe.d, before systemd-modules-load loads /etc/modules and /etc/modules-load.d (the order that
+  would hurt: nothing but the configuration keeps a host driver from a passthrough card); IOMMU groups,
+  /sys/class/iommu and the kernel log (dmesg, journalctl -k: AMD-Vi or DMAR lines) exist only with the IOMMU on.
+  The initramfs copy Proxmox's hook puts on the ESPs is taken to be /boot's.
 - ``systemd-run --on-active=5 systemctl reboot`` records the scheduled reboot in fake-reboot-scheduled (a transient
   timer outlives the SSH session, so a kill after it still reboots): ``reboot_if_scheduled()`` does it.
 - The kernel side of sysfs is ``tee``: the steps write sysfs through ``timeout --foreground 30 tee <file>``, and the
   stub does what the kernel does with ``driver_override``, ``<driver>/unbind`` and ``drivers_probe``;
-  ``modprobe vfio-pci`` loads the module, which takes the unclaimed devices of /etc/modprobe.d's ids.
+  ``modprobe vfio-pci`` loads the module as kmod does with /etc/modprobe.d (its install command, then the unbound
+  devices whose driver_override names vfio-pci or whose id ``ids=`` lists; nothing without an IOMMU).
 - ``qm`` keeps VMs in fake-vms/<vmid>.conf: ``list``, ``config``, ``set --args``/``--delete``, ``status``,
   ``showcmd`` (from the config), ``start`` (the kvm process's argv, built from the config AT START, in
   /proc/<pid>/cmdline, NUL-separated, pid in /var/run/qemu-server/<vmid>.pid), ``shutdown``/``stop``; ``pct list``
@@ -37,6 +43,8 @@ import shutil
 import uuid
 from pathlib import Path
 
+from tests.components.scripts import fakehost_tools as tools
+from tests.components.scripts.fakehost_tools import INITRD, KERNEL, Boot, Kmod, install_kmod
 from tests.components.scripts.fakeroot import FakeRoot, Result
 
 GRUB = """# If you change this file, run 'update-grub' afterwards.
@@ -45,128 +53,38 @@ GRUB_TIMEOUT=5
 GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=soft"
 GRUB_CMDLINE_LINUX=""
 """
-KERNEL = "/boot/vmlinuz-6.8.12-4-pve"
 BOOT = f"BOOT_IMAGE={KERNEL} root=/dev/mapper/pve-root ro"
-INITRD = "boot/initrd.img-6.8.12-4-pve"
+OLD_KERNEL = "6.5.13-6-pve"
+"""Proxmox VE 8.1's kernel: Intel's IOMMU is off without intel_iommu=on (on by default from 6.8)."""
 A10 = ("0000:41:00", "10de:2236")
 A100 = ("0000:81:00", "10de:20f1")
 WINDOW = "-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=65536"
 MUTATING = ("update-grub", "proxmox-boot-tool", "update-initramfs", "systemd-run", "modprobe", "tee", "qm set",
             "qm start", "qm stop", "qm shutdown")  # fmt: skip
 """Calls that change the host; a run on a prepared node with nothing new makes none."""
-
-_UPDATE_GRUB = f"""cfg="$PGC_ROOT/boot/grub/grub.cfg"
-echo "Generating grub configuration file ..." >&2
-line=$(. "$PGC_ROOT/etc/default/grub" && for f in "$PGC_ROOT"/etc/default/grub.d/*.cfg; do
-  if [ -e "$f" ]; then . "$f"; fi; done; printf '%s|%s' "${{GRUB_CMDLINE_LINUX:-}}" "${{GRUB_CMDLINE_LINUX_DEFAULT:-}}") \\
-  || {{ echo "/usr/sbin/grub-mkconfig: /etc/default/grub: syntax error" >&2; exit 1; }}
-mkdir -p "${{cfg%/*}}"
-printf 'menuentry "Proxmox VE GNU/Linux" {{\\n\\tlinux\\t{KERNEL} root=/dev/mapper/pve-root ro %s %s\\n}}\\n' \\
-  "${{line%%|*}}" "${{line#*|}}" > "$cfg.new"
-printf 'menuentry "Proxmox VE GNU/Linux (recovery mode)" {{\\n\\tlinux\\t{KERNEL} root=/dev/mapper/pve-root ro single %s\\n}}\\n' \\
-  "${{line%%|*}}" >> "$cfg.new"
-mv "$cfg.new" "$cfg"
-echo done >&2"""
-_BOOT_TOOL = """[ "$1" = refresh ] || { echo "unknown command '$1'" >&2; exit 1; }
-uuids="$PGC_ROOT/etc/kernel/proxmox-boot-uuids"
-[ -f "$uuids" ] || { echo "No /etc/kernel/proxmox-boot-uuids found, skipping ESP sync."; exit 0; }
-options=$(head -n 1 "$PGC_ROOT/etc/kernel/cmdline") || exit 1
-for id in $(cat "$uuids"); do
-  echo "Copying and configuring kernels on /dev/disk/by-uuid/$id"
-  entry="$PGC_ROOT/fake-esp/$id/loader/entries/proxmox-6.8.12-4-pve.conf"; mkdir -p "${entry%/*}"
-  printf 'title Proxmox Virtual Environment\\noptions %s\\n' "$options" > "$entry.new" && mv "$entry.new" "$entry"
-done"""
-_UPDATE_INITRAMFS = f"""img="$PGC_ROOT/{INITRD}"
-echo "update-initramfs: Generating /{INITRD}" >&2
-for f in "$PGC_ROOT"/etc/modprobe.d/*.conf; do [ -e "$f" ] && {{ echo "### /etc/modprobe.d/${{f##*/}}"; cat "$f"; }}; done \\
-  > "$img.new"
-mv "$img.new" "$img\""""
-# vfio-pci, once loaded, takes the unclaimed devices whose vendor:device /etc/modprobe.d lists (IOMMU on only).
-_VFIO_TAKES = """ids=$(sed -n 's/^options vfio-pci ids=//p' "$PGC_ROOT"/etc/modprobe.d/*.conf 2>/dev/null | tr , ' ')
-grep -q "_iommu=on" "$PGC_ROOT/proc/cmdline" || exit 0
-for dev in "$PGC_ROOT"/sys/bus/pci/devices/*; do
-  [ -L "$dev/driver" ] && continue
-  id="$(sed 's/^0x//' "$dev/vendor"):$(sed 's/^0x//' "$dev/device")"
-  for want in $ids; do [ "$want" = "$id" ] && ln -s ../../../bus/pci/drivers/vfio-pci "$dev/driver"; done
-done
-exit 0"""
-_MODPROBE = f"""mkdir -p "$PGC_ROOT/sys/module/$(echo "$1" | tr - _)"
-[ "$1" = vfio-pci ] || exit 0
-{_VFIO_TAKES}"""
-# What the kernel does with sysfs writes (Documentation/ABI/testing/sysfs-bus-pci).
-_KERNEL = """target="$1"; value="$(cat)"
-dev="$PGC_ROOT/sys/bus/pci/devices/$value"
-case "$target" in
-*/driver_override) printf '%s\\n' "$value" > "$target" ;;
-*/unbind)
-  [ -e "$PGC_ROOT/busy-$value" ] && { echo "Device or resource busy" >&2; exit 1; }
-  rm -f "$dev/driver" ;;
-*/drivers_probe)
-  [ -L "$dev/driver" ] && exit 0
-  if [ "$(cat "$dev/driver_override" 2>/dev/null)" = vfio-pci ] && [ -d "$PGC_ROOT/sys/module/vfio_pci" ] \\
-     && grep -q "_iommu=on" "$PGC_ROOT/proc/cmdline"; then
-    ln -s ../../../bus/pci/drivers/vfio-pci "$dev/driver"
-  fi ;;
-*) /usr/bin/tee "$@" ;;
-esac"""
-_QM = """vms="$PGC_ROOT/fake-vms" run="$PGC_ROOT/var/run/qemu-server" vmid="${2:-}"
-[ -e "$PGC_ROOT/fake-qm-broken" ] && { echo "ipcc_send_rec[1] failed: Connection refused" >&2; exit 2; }
-pid_of() { p=$(cat "$run/$1.pid" 2>/dev/null) && [ -d "$PGC_ROOT/proc/$p" ] && echo "$p"; }
-showcmd() {
-  printf '/usr/bin/kvm -id %s -name %s,debug-threads=on -machine type=q35+pve0' "$1" "$(cat "$vms/$1.name")"
-  a=$(sed -n 's/^args: //p' "$vms/$1.conf"); [ -z "$a" ] || printf ' %s' "$a"; echo
-}
-if [ "$1" = list ]; then
-  echo "      VMID NAME                 STATUS     MEM(MB)    BOOTDISK(GB) PID"
-  for c in "$vms"/*.conf; do
-    [ -e "$c" ] || continue; id=$(basename "$c" .conf)
-    if p=$(pid_of "$id"); then s=running; else s=stopped; p=0; fi
-    printf '%10s %-20s %-10s %-10s %-12s %s\\n' "$id" "$(cat "$vms/$id.name")" "$s" 4096 32.00 "$p"
-  done
-  exit 0
-fi
-[ "$1" = guest ] && vmid="$3"  # qm guest cmd <vmid> <command>
-conf="$vms/$vmid.conf"
-[ -f "$conf" ] || { echo "Configuration file 'nodes/pve1/qemu-server/$vmid.conf' does not exist" >&2; exit 2; }
-case "$1" in
-config) cat "$conf" ;;
-showcmd) showcmd "$vmid" ;;
-status) if pid_of "$vmid" > /dev/null; then echo "status: running"; else echo "status: stopped"; fi ;;
-set)
-  grep -v '^args:' "$conf" > "$conf.new" || true
-  [ "$3" = --args ] && echo "args: $4" >> "$conf.new"
-  mv "$conf.new" "$conf" ;;
-start)
-  pid_of "$vmid" > /dev/null && { echo "VM $vmid already running" >&2; exit 255; }
-  n=$(( $(cat "$PGC_ROOT/fake-pid-counter" 2>/dev/null || echo 1000) + 1 )); echo "$n" > "$PGC_ROOT/fake-pid-counter"
-  mkdir -p "$PGC_ROOT/proc/$n" "$run"; set -f; printf '%s\\0' $(showcmd "$vmid") > "$PGC_ROOT/proc/$n/cmdline"; set +f
-  echo "$n" > "$run/$vmid.pid" ;;
-shutdown|stop) if p=$(pid_of "$vmid"); then rm -rf "$PGC_ROOT/proc/$p"; fi; rm -f "$run/$vmid.pid" ;;
-guest) cat "$PGC_ROOT/agent.json" 2>/dev/null || { echo "QEMU guest agent is not running" >&2; exit 2; } ;;
-*) echo "unknown command 'qm $1'" >&2; exit 255 ;;
-esac"""
-_PCT = """echo "VMID       Status     Lock         Name"
-[ -f "$PGC_ROOT/fake-guests" ] && awk '$1 == "CT" { printf "%-10s %-10s %-12s %s\\n", $2, $4, "", $3 }' \\
-  "$PGC_ROOT/fake-guests"
-exit 0"""
+__all__ = ["INITRD", "KERNEL"]
 
 
 class FakeHost(FakeRoot):
-    """A Proxmox VE 8 node on GRUB, IOMMU off, an A10 bound to nouveau (behind a root port in its IOMMU group) and
-    an A100 whose second function has snd_hda_intel, no guests, booted once from its generated configuration."""
+    """A Proxmox VE node on GRUB with a ``cpu`` ("amd" or "intel") CPU, running ``kernel``, the firmware's IOMMU
+    on unless ``firmware_iommu`` is False; an A10 bound to nouveau (behind a root port in its IOMMU group) and an
+    A100 whose second function has snd_hda_intel, no guests, booted once from its generated configuration. With
+    the defaults (AMD, Proxmox VE 8.2's 6.8 kernel) the IOMMU is on from the first boot."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cpu: str = "amd", kernel: str = "6.8.12-4-pve", firmware_iommu: bool = True) -> None:
         super().__init__(root)
+        self.cpu, self.kernel, self.firmware_iommu = cpu, kernel, firmware_iommu
+        install_kmod(self.bin)
         self.bodies: dict[str, str] = {}
-        self.stub_script("update-grub", _UPDATE_GRUB)
-        self.stub_script("proxmox-boot-tool", _BOOT_TOOL)
-        self.stub_script("update-initramfs", _UPDATE_INITRAMFS)
+        self.stub_script("update-grub", tools._UPDATE_GRUB)
+        self.stub_script("proxmox-boot-tool", tools._BOOT_TOOL)
+        self.stub_script("update-initramfs", tools._UPDATE_INITRAMFS)
         self.stub_script("systemd-run", 'echo "$*" > "$PGC_ROOT/fake-reboot-scheduled"\n'
                          'echo "Running timer as unit: run-r3c1d.timer" >&2')  # fmt: skip
-        self.stub_script("tee", _KERNEL)
-        self.stub_script("qm", _QM)
-        self.stub_script("pct", _PCT)
-        self.stub_script("modprobe", _MODPROBE)
+        self.stub_script("tee", tools._KERNEL)
+        self.stub_script("qm", tools._QM)
+        self.stub_script("pct", tools._PCT)
+        self.stub_script("modprobe", tools._MODPROBE)
         self.stub_script("dmesg", 'cat "$PGC_ROOT/fake-kmsg"')
         self.stub_script("journalctl", 'cat "$PGC_ROOT/fake-kmsg"')
         self.stub_script("id", '[ "$1" = -u ] && echo 0')
@@ -205,6 +123,7 @@ class FakeHost(FakeRoot):
                pci_class: str = "0x030200", group: int = 60) -> None:  # fmt: skip
         """A PCI function; its driver claims it at every boot (unless blacklisted) and now."""
         base = f"sys/bus/pci/devices/{address}"
+        self.write(f"{base}/driver_override", "(null)\n")
         self.write(f"{base}/vendor", f"0x{vendor}\n")
         self.write(f"{base}/device", f"0x{device}\n")
         self.write(f"{base}/class", f"{pci_class}\n")
@@ -257,15 +176,17 @@ class FakeHost(FakeRoot):
             self.log.write_text(log)
         return out
 
-    def prep(self, *gpus: tuple[str, str], policy: str = "when-idle", vendor: str = "amd", acs: str = "0",
-             boot_loader: str = "auto") -> Result:  # fmt: skip
-        args = ["--cpu-vendor", vendor, "--boot-loader", boot_loader, "--acs-override", acs, "--reboot-policy", policy]
+    def prep(self, *gpus: tuple[str, str], policy: str = "when-idle", vendor: str | None = None, acs: str = "0",
+             boot_loader: str = "auto", pt: bool = False) -> Result:  # fmt: skip
+        """host_prep.sh as ``render/host_scripts.prep_args`` calls it (``vendor``: the node's CPU by default)."""
+        args = ["--cpu-vendor", vendor or self.cpu, "--boot-loader", boot_loader, "--acs-override", acs]
+        args += ["--reboot-policy", policy, *(["--iommu-pt", "1"] if pt else [])]
         for slot, vendor_device in gpus:
             args += ["--gpu", f"{slot}={vendor_device}"]
         return self.run("host_prep.sh", *args)
 
-    def verify(self, *slots: str, vendor: str = "amd", nested: bool = False) -> Result:
-        args = ["--kernel-arg", f"{vendor}_iommu=on", "--kernel-arg", "iommu=pt"]
+    def verify(self, *slots: str, pt: bool = False, nested: bool = False) -> Result:
+        args = ["--kernel-arg", "iommu=pt"] if pt else []
         for slot in slots:
             args += ["--gpu", slot]
         return self.run("host_verify.sh", *args, *(["--nested", "1"] if nested else []))
@@ -297,47 +218,53 @@ class FakeHost(FakeRoot):
         for proc in (self.root / "proc").glob("[0-9]*"):
             shutil.rmtree(proc)
         (self.root / "fake-reboot-scheduled").unlink(missing_ok=True)
-        iommu = re.search(r"\b(amd|intel)_iommu=on\b", cmdline)
-        initrd, files = self.read(INITRD), "".join(f.read_text() for f in (self.root / "etc/modprobe.d").glob("*.conf"))
-        early_ids, late_ids = _ids(initrd), _ids(files)
-        blacklisted = set(re.findall(r"^blacklist (\S+)$", initrd, re.M))
-        loaded = {
-            m.replace("-", "_")
-            for f in [self.root / "etc/modules", *(self.root / "etc/modules-load.d").glob("*.conf")]
-            if f.exists()
-            for m in re.findall(r"^([^#\s]\S*)$", f.read_text(), re.M)
-        }
+        iommu = self.iommu_on(cmdline)
+        self.write("proc/sys/kernel/osrelease", f"{self.kernel}\n")
+        drivers = dict(self.boot_drivers)
         for dev in sorted((self.root / "sys/bus/pci/devices").iterdir()):
-            (dev / "driver_override").unlink(missing_ok=True)
+            (dev / "driver_override").write_text("(null)\n")
+            (dev / "iommu_group").unlink(missing_ok=True)
             if (dev / "driver").is_symlink():
                 (dev / "driver").unlink()
-            ids = f"{(dev / 'vendor').read_text().strip()[2:]}:{(dev / 'device').read_text().strip()[2:]}"
-            driver = None
-            if iommu and ids in early_ids:
-                driver = "vfio-pci"  # in the initramfs, before any GPU driver (softdep)
-            elif self.boot_drivers.get(dev.name) not in (None, *blacklisted):
-                driver = self.boot_drivers[dev.name]
-            elif iommu and "vfio_pci" in loaded and ids in late_ids:
-                driver = "vfio-pci"  # systemd-modules-load, from the root file system
-            if driver is not None:
-                loaded.add(driver.replace("-", "_"))
-                self.link(f"sys/bus/pci/devices/{dev.name}/driver", f"../../../bus/pci/drivers/{driver}")
             if iommu:
                 group = self.groups[dev.name]
                 self.link(f"sys/bus/pci/devices/{dev.name}/iommu_group", f"../../../../kernel/iommu_groups/{group}")
                 self.link(
                     f"sys/kernel/iommu_groups/{group}/devices/{dev.name}", f"../../../../bus/pci/devices/{dev.name}"
                 )
-        for module in loaded:
+        boot = Boot(self.root, drivers, iommu)
+        boot.coldplug(Kmod([self.root / INITRD]))  # the initramfs: its own copy of modprobe.d
+        rootfs = Kmod(sorted((self.root / "etc/modprobe.d").glob("*.conf")))
+        boot.coldplug(rootfs)
+        for f in [self.root / "etc/modules", *sorted((self.root / "etc/modules-load.d").glob("*.conf"))]:
+            for module in re.findall(r"^([^#\s]\S*)$", f.read_text() if f.exists() else "", re.M):
+                boot.load(module, rootfs)
+        for module in boot.loaded:
             (self.root / "sys/module" / module).mkdir(parents=True, exist_ok=True)
-        log = "[    0.000000] Linux version 6.8.12-4-pve\n"
-        if iommu and iommu[1] == "amd":
+        log = f"[    0.000000] Linux version {self.kernel}\n"
+        if iommu and self.cpu == "amd":
             self.write("sys/class/iommu/ivhd0/uevent", "")
             log += "[    0.9] AMD-Vi: Interrupt remapping enabled\n[    1.0] AMD-Vi: Found IOMMU cap 0x40\n"
         elif iommu:
             self.write("sys/class/iommu/dmar0/uevent", "")
             log += "[    0.1] DMAR: IOMMU enabled\n[    0.2] DMAR-IR: Enabled IRQ remapping in x2apic mode\n"
         self.write("fake-kmsg", log)
+
+    def iommu_on(self, cmdline: str) -> bool:
+        """Whether a kernel booted with ``cmdline`` runs with the IOMMU on (kernel-parameters.txt: amd_iommu=,
+        intel_iommu=, iommu=; drivers/iommu/intel/iommu.c: dmar_disabled = !CONFIG_INTEL_IOMMU_DEFAULT_ON, set in
+        Proxmox's kernels from 6.8); the last of an argument counts."""
+        if not self.firmware_iommu:
+            return False
+        args = {k: v.split(",") for k, _, v in (a.partition("=") for a in cmdline.split())}
+        if "off" in args.get("iommu", []):
+            return False
+        if self.cpu == "amd":
+            return "off" not in args.get("amd_iommu", [])
+        if "on" in args.get("intel_iommu", []) or "off" in args.get("intel_iommu", []):
+            return "on" in args["intel_iommu"]
+        major, minor = (int(x) for x in re.findall(r"\d+", self.kernel)[:2])
+        return (major, minor) >= (6, 8)
 
     def state(self) -> dict[str, object]:
         """Files (the lock's holder line aside) and running state: loaded modules, drivers, VMs' kvm argv, boots."""
@@ -346,11 +273,6 @@ class FakeHost(FakeRoot):
         drivers = {d.name: self.driver_of(d.name) for d in sorted((self.root / "sys/bus/pci/devices").iterdir())}
         vms = {vmid: self.running_args(vmid) for vmid in self.vms()}
         return {"files": files, "modules": modules, "drivers": drivers, "vms": vms, "boots": self.boots}
-
-
-def _ids(modprobe_conf: str) -> set[str]:
-    found = re.findall(r"^options vfio-pci ids=(\S+)$", modprobe_conf, re.M)
-    return set(found[-1].split(",")) if found else set()
 
 
 def mutating(calls: list[str]) -> list[str]:

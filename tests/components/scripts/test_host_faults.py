@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.components.scripts.fakehost import A10, A100, FakeHost, mutating
+from tests.components.scripts.fakehost import A10, A100, OLD_KERNEL, FakeHost, mutating
 from tests.components.scripts.fakeroot import FAULT_MODES, Result
 
 Step = tuple[str, Callable[[FakeHost], Result]]
@@ -117,15 +117,41 @@ PREP: Step = ("host-prep", lambda h: h.prep(A10, A100))
 VERIFY: Step = ("host-verify", lambda h: h.verify(A10[0], A100[0]))
 
 
-def test_fresh_grub_node_when_idle(tmp_path: Path) -> None:
-    report = harness(tmp_path, FakeHost, [PREP, VERIFY])
+def old_intel(root: Path) -> FakeHost:
+    """Intel on Proxmox VE 8.1's kernel 6.5: the IOMMU is off until intel_iommu=on, so host prep reboots once."""
+    return FakeHost(root, cpu="intel", kernel=OLD_KERNEL)
+
+
+def test_fresh_intel_node_before_6_8_when_idle(tmp_path: Path) -> None:
+    report = harness(tmp_path, old_intel, [PREP, VERIFY])
     check(report)
     assert report.boots == 2  # exactly one reboot, in every faulted chain too
     assert report.points["host-prep"] >= 5 and report.points["host-verify"] >= 2
 
 
+@pytest.mark.slow
+def test_fresh_amd_node_binds_at_runtime_and_never_reboots(tmp_path: Path) -> None:
+    report = harness(tmp_path, FakeHost, [PREP, VERIFY])
+    check(report)
+    assert report.boots == 1  # the IOMMU is on by default: no reboot in any chain
+    assert report.points["host-prep"] >= 6  # the runtime binding's sysfs writes are injection points too
+
+
+def old_way_with_a_console_gpu(root: Path) -> FakeHost:
+    from tests.components.scripts.test_host_iommu import prepared_the_old_way
+
+    return prepared_the_old_way(root)
+
+
+@pytest.mark.slow
+def test_a_host_prepared_the_old_way_converges_without_a_reboot(tmp_path: Path) -> None:
+    report = harness(tmp_path, old_way_with_a_console_gpu, [PREP, VERIFY])
+    check(report)
+    assert report.boots == 2  # the fixture's two boots: none from host prep
+
+
 def zfs_node_with_a_running_vm(root: Path) -> FakeHost:
-    host = FakeHost(root)
+    host = old_intel(root)
     host.write("etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
     host.write("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
     host.run_quietly("proxmox-boot-tool", "refresh")
@@ -137,11 +163,13 @@ def zfs_node_with_a_running_vm(root: Path) -> FakeHost:
 @pytest.mark.slow
 def test_always_reboots_a_busy_systemd_boot_node(tmp_path: Path) -> None:
     prep: Step = ("host-prep", lambda h: h.prep(A10, policy="always"))
-    check(harness(tmp_path, zfs_node_with_a_running_vm, [prep, ("host-verify", lambda h: h.verify(A10[0]))]))
+    report = harness(tmp_path, zfs_node_with_a_running_vm, [prep, ("host-verify", lambda h: h.verify(A10[0]))])
+    check(report)
+    assert report.boots == 3  # the fixture's own boots, then the one reboot
 
 
 def prepared_with_a_running_worker(root: Path) -> FakeHost:
-    host = FakeHost(root)
+    host = old_intel(root)
     assert host.prep(A10).returncode == 0
     host.reboot()
     host.guests("VM 3101 gpu-a10-a running")
@@ -157,7 +185,7 @@ def test_a_new_gpu_on_a_busy_node_is_bound_live_and_when_idle_never_reboots_it(t
 
 
 def busy(root: Path) -> FakeHost:
-    host = FakeHost(root)
+    host = old_intel(root)
     host.guests("VM 3101 gpu-a10-a running", "CT 200 dns running")
     return host
 
@@ -171,4 +199,12 @@ def test_when_idle_never_reboots_a_busy_node(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_never_leaves_the_reboot_to_the_operator(tmp_path: Path) -> None:
-    check(harness(tmp_path, FakeHost, [("host-prep", lambda h: h.prep(A10, A100, policy="never")), VERIFY]))
+    check(harness(tmp_path, old_intel, [("host-prep", lambda h: h.prep(A10, A100, policy="never")), VERIFY]))
+
+
+@pytest.mark.slow
+def test_iommu_pt_asked_on_an_amd_node_reboots_once(tmp_path: Path) -> None:
+    prep: Step = ("host-prep", lambda h: h.prep(A10, A100, pt=True))
+    report = harness(tmp_path, FakeHost, [prep, ("host-verify", lambda h: h.verify(A10[0], A100[0], pt=True))])
+    check(report)
+    assert report.boots == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.components.scripts.fakehost import A10, A100, BOOT, GRUB, FakeHost, mutating
+from tests.components.scripts.fakehost import A10, A100, BOOT, GRUB, OLD_KERNEL, FakeHost, mutating
 
 MARKER = "run/proxmox-gpu-cluster/reboot-required"
 SCHEDULED = "var/lib/proxmox-gpu-cluster/reboot-scheduled"
@@ -18,7 +18,9 @@ BOOT_ID_1 = "996ad860-2a9a-504f-8861-aeafd0b2ae29"  # the fake's first boot
 
 @pytest.fixture
 def host(tmp_path: Path) -> FakeHost:
-    return FakeHost(tmp_path / "root")
+    """An Intel node on Proxmox VE 8.1's kernel 6.5: its IOMMU is off until intel_iommu=on (the one case left in
+    which host prep reboots for the IOMMU; test_host_iommu.py has the others)."""
+    return FakeHost(tmp_path / "root", cpu="intel", kernel=OLD_KERNEL)
 
 
 def reboots(calls: list[str]) -> int:
@@ -30,23 +32,22 @@ def test_first_run_configures_and_schedules_one_reboot(host: FakeHost) -> None:
     assert r.returncode == 0, r.stderr
     assert sorted(line for line in r.stdout.splitlines() if line.startswith("changed: ")) == [
         "changed: /etc/default/grub",
-        "changed: /etc/modprobe.d/blacklist-gpu-passthrough.conf",
         "changed: /etc/modprobe.d/vfio.conf",
         "changed: /etc/modules-load.d/vfio.conf",
     ]
-    assert r.stdout.splitlines()[-1] == "reboot: scheduled (the running kernel lacks amd_iommu=on iommu=pt)"
+    assert r.stdout.splitlines()[-1] == "reboot: scheduled (the running kernel lacks intel_iommu=on)"
     assert [c.split()[0] for c in r.calls] == ["update-initramfs", "update-grub", "qm", "pct", "systemd-run"]
     assert "update-initramfs -u -k all" in r.calls
     grub = host.read("etc/default/grub")
     # existing arguments kept, the conflicting iommu=soft replaced, all on one line, other lines untouched
-    assert 'GRUB_CMDLINE_LINUX_DEFAULT="quiet amd_iommu=on iommu=pt"' in grub
-    assert grub.replace('"quiet amd_iommu=on iommu=pt"', '"quiet iommu=soft"') == GRUB
+    assert 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=soft intel_iommu=on"' in grub
+    assert grub.replace('"quiet iommu=soft intel_iommu=on"', '"quiet iommu=soft"') == GRUB
     assert host.read("etc/modules-load.d/vfio.conf").split("\n")[1:] == ["vfio", "vfio_iommu_type1", "vfio_pci", ""]
-    blacklist = host.read("etc/modprobe.d/blacklist-gpu-passthrough.conf")
-    for module in ("nouveau", "nvidia", "nvidiafb", "nvidia_drm"):
-        assert f"blacklist {module}\n" in blacklist + "\n"
+    # the A100 is not declared here: nouveau must stay loadable for it, so no blacklist
+    assert not (host.root / "etc/modprobe.d/blacklist-gpu-passthrough.conf").exists()
     vfio = host.read("etc/modprobe.d/vfio.conf")
-    assert "options vfio-pci ids=10de:2236\n" in vfio
+    assert "ids=" not in vfio  # by address, never by vendor:device id
+    assert "\ninstall vfio-pci for f in 0000:41:00.0; do " in vfio
     assert "softdep nouveau pre: vfio-pci" in vfio and "softdep nvidia pre: vfio-pci" in vfio
     # no runtime binding without an IOMMU: the reboot does it
     assert host.driver_of("0000:41:00.0") == "nouveau" and not any(c.startswith("tee") for c in r.calls)
@@ -58,7 +59,7 @@ def test_second_run_after_reboot_changes_nothing(host: FakeHost) -> None:
     assert host.prep(A10).returncode == 0
     host.reboot()
     assert host.driver_of("0000:41:00.0") == "vfio-pci"
-    assert host.generated_cmdline() == f"{BOOT} quiet amd_iommu=on iommu=pt" == host.read("proc/cmdline").strip()
+    assert host.generated_cmdline() == f"{BOOT} quiet iommu=soft intel_iommu=on" == host.read("proc/cmdline").strip()
     before = host.state()
     r = host.prep(A10)
     assert r.returncode == 0, r.stderr
@@ -79,9 +80,12 @@ def test_a_newly_declared_gpu_is_bound_at_runtime_without_a_reboot(host: FakeHos
     r = host.prep(A10, A100)
     assert r.returncode == 0, r.stderr
     assert [line for line in r.stdout.splitlines() if line.startswith("changed: ")] == [
-        "changed: /etc/modprobe.d/vfio.conf"
+        "changed: /etc/modprobe.d/blacklist-gpu-passthrough.conf",  # now every NVIDIA card is declared
+        "changed: /etc/modprobe.d/vfio.conf",
     ]
-    assert "options vfio-pci ids=10de:1aef,10de:20f1,10de:2236\n" in host.read("etc/modprobe.d/vfio.conf")
+    assert "install vfio-pci for f in 0000:41:00.0 0000:81:00.0 0000:81:00.1; do" in host.read(
+        "etc/modprobe.d/vfio.conf"
+    )
     assert "vfio: 0000:81:00.0 bound to vfio-pci (was unbound)" in r.stdout
     assert "vfio: 0000:81:00.1 bound to vfio-pci (was snd_hda_intel)" in r.stdout
     assert host.driver_of("0000:81:00.0") == host.driver_of("0000:81:00.1") == "vfio-pci"
@@ -108,11 +112,11 @@ def test_when_idle_refuses_to_reboot_over_running_guests_and_resumes_later(host:
     assert r.returncode == 1
     assert r.stderr.splitlines()[-1] == (
         "host-prep: reboot: expected no running guests before rebooting the node (the running kernel lacks "
-        "amd_iommu=on iommu=pt), saw VM 3101 (gpu-a100-a), CT 200 (dns); stop them, or set rebootPolicy: always (or "
+        "intel_iommu=on), saw VM 3101 (gpu-a100-a), CT 200 (dns); stop them, or set rebootPolicy: always (or "
         "never, and reboot it yourself). The configuration is written; the next run continues from here"
     )
     assert reboots(r.calls) == 0
-    assert 'amd_iommu=on iommu=pt"' in host.read("etc/default/grub")  # written, refreshed, not applied
+    assert 'intel_iommu=on"' in host.read("etc/default/grub")  # written, refreshed, not applied
     assert "update-grub " in r.calls
     # The guests are stopped; the next run writes nothing new and reboots.
     host.guests()
@@ -128,7 +132,7 @@ def test_always_reboots_anyway_and_says_what_goes_down(host: FakeHost) -> None:
     assert r.returncode == 0, r.stderr
     assert reboots(r.calls) == 1
     assert r.stdout.splitlines()[-1] == (
-        "reboot: scheduled (the running kernel lacks amd_iommu=on iommu=pt; running guests go down with it: "
+        "reboot: scheduled (the running kernel lacks intel_iommu=on; running guests go down with it: "
         "VM 3101 (gpu-a100-a))"
     )
 
@@ -137,8 +141,8 @@ def test_never_reports_the_reboot_and_leaves_it_to_you(host: FakeHost) -> None:
     r = host.prep(A10, policy="never")
     assert r.returncode == 0, r.stderr
     assert reboots(r.calls) == 0 and not any(c.startswith("qm") for c in r.calls)
-    assert r.stdout.splitlines()[-1].startswith("reboot: required (the running kernel lacks amd_iommu=on iommu=pt")
-    assert host.read(MARKER).strip() == "the running kernel lacks amd_iommu=on iommu=pt"
+    assert r.stdout.splitlines()[-1].startswith("reboot: required (the running kernel lacks intel_iommu=on")
+    assert host.read(MARKER).strip() == "the running kernel lacks intel_iommu=on"
     host.reboot()  # the operator reboots it
     r = host.prep(A10, policy="never")
     assert r.stdout == "reboot: not-needed\n" and not (host.root / MARKER).exists()
@@ -149,7 +153,7 @@ def test_unlisted_guests_block_a_when_idle_reboot(host: FakeHost) -> None:
     r = host.prep(A10)
     assert r.returncode == 1 and r.stderr.splitlines()[-1] == (
         "host-prep: reboot: expected the node's guests listed before rebooting it (the running kernel lacks "
-        "amd_iommu=on iommu=pt), saw qm list failing; not rebooting"
+        "intel_iommu=on), saw qm list failing; not rebooting"
     )
     assert reboots(r.calls) == 0
 
@@ -171,19 +175,28 @@ def test_an_interrupted_refresh_is_redone_by_the_next_run(host: FakeHost) -> Non
     assert "update-initramfs -u -k all" not in r.calls  # that one had
     assert mutating(host.prep(A10).calls) == ["systemd-run --on-active=5 systemctl reboot"]  # no reboot yet
     host.reboot()
-    assert host.read("proc/cmdline") == f"{BOOT} quiet amd_iommu=on iommu=pt\n"
+    assert host.read("proc/cmdline") == f"{BOOT} quiet iommu=soft intel_iommu=on\n"
 
 
 def test_all_functions_of_the_card_are_bound(host: FakeHost) -> None:
     r = host.prep(A10, A100)
     assert r.returncode == 0, r.stderr
-    assert "options vfio-pci ids=10de:1aef,10de:20f1,10de:2236\n" in host.read("etc/modprobe.d/vfio.conf")
+    assert "install vfio-pci for f in 0000:41:00.0 0000:81:00.0 0000:81:00.1; do" in host.read(
+        "etc/modprobe.d/vfio.conf"
+    )
+    # every NVIDIA card of the node is passed through: the host drivers may be blacklisted
+    blacklist = host.read("etc/modprobe.d/blacklist-gpu-passthrough.conf")
+    for module in ("nouveau", "nvidia", "nvidiafb", "nvidia_drm"):
+        assert f"blacklist {module}\n" in blacklist + "\n"
+    host.reboot()
+    assert {host.driver_of(f) for f in ("0000:41:00.0", "0000:81:00.0", "0000:81:00.1")} == {"vfio-pci"}
 
 
-def test_intel_and_acs_override(host: FakeHost) -> None:
-    r = host.prep(A10, vendor="intel", acs="1")
+def test_iommu_pt_and_acs_override(host: FakeHost) -> None:
+    r = host.prep(A10, acs="1", pt=True)
     assert r.returncode == 0, r.stderr
-    line = 'GRUB_CMDLINE_LINUX_DEFAULT="quiet intel_iommu=on iommu=pt pcie_acs_override=downstream,multifunction"'
+    # iommu=soft gives way to iommu=pt where it stood
+    line = 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt intel_iommu=on pcie_acs_override=downstream,multifunction"'
     assert line in host.read("etc/default/grub")
 
 
@@ -192,11 +205,11 @@ def test_systemd_boot_is_detected(host: FakeHost) -> None:
     host.write("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
     r = host.prep(A10)
     assert r.returncode == 0, r.stderr
-    assert host.read("etc/kernel/cmdline") == "root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on iommu=pt\n"
+    assert host.read("etc/kernel/cmdline") == "root=ZFS=rpool/ROOT/pve-1 boot=zfs intel_iommu=on\n"
     assert host.read("etc/default/grub") == GRUB  # not the boot loader in use
     assert "proxmox-boot-tool refresh" in r.calls and not any(c.startswith("update-grub") for c in r.calls)
     host.reboot()  # boots the ESP entry proxmox-boot-tool wrote: the arguments are active, vfio-pci has the A10
-    assert host.read("proc/cmdline").endswith(" root=ZFS=rpool/ROOT/pve-1 boot=zfs amd_iommu=on iommu=pt\n")
+    assert host.read("proc/cmdline").endswith(" root=ZFS=rpool/ROOT/pve-1 boot=zfs intel_iommu=on\n")
     assert host.driver_of("0000:41:00.0") == "vfio-pci"
     assert mutating(host.prep(A10).calls) == []
 
