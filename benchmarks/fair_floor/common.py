@@ -30,11 +30,7 @@ MODELS: dict[str, dict[str, Any]] = {
     "A100-PCIE-80GB": {"id": "10de:20b5", "large_bar": True, "slices": {"1g.10gb": 7}},
 }
 """What the user knows of their GPUs: PCI ids, whether the BAR needs a large MMIO window, MIG capacity."""
-ROLLOUT = (
-    "--rollout 1 --rollout-node {node} --rollout-api {api} --rollout-max-unavailable 1 --rollout-lease-seconds "
-    "3600 --rollout-wait-seconds 21600 --rollout-drain-timeout 600 --rollout-delete-emptydir-data 1 "
-    "--rollout-force 0"
-)
+ROLLOUT = "--rollout 1 --rollout-node {node} --rollout-api {api}"
 
 
 def short(text: str, n: int = 8) -> str:

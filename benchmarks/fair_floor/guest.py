@@ -28,8 +28,10 @@ from .common import (
 
 
 class GuestParts(Base):
-    def bootstrap(self, w: dict[str, Any], vm: proxmoxve.VmLegacy, host: pulumi.Output[str]) -> tuple[Part, Any, Any]:
-        part = self.part("guest_bootstrap:GuestBootstrap", f"{w['name']}-bootstrap")
+    def bootstrap(
+        self, w: dict[str, Any], vm: proxmoxve.VmLegacy, host: pulumi.Output[str], access: Part
+    ) -> tuple[Part, Any, Any]:
+        part = self.part("guest_bootstrap:GuestBootstrap", f"{w['name']}-bootstrap", depends_on=[access])
         conn = ssh(host, "ubuntu", self.key)
         replace = [vm]
         agent = command.remote.CopyToRemote(
@@ -37,10 +39,11 @@ class GuestParts(Base):
             command.remote.CopyToRemoteArgs(
                 connection=conn, source=pulumi.FileArchive(AGENT_DIR), remote_path=AGENT[:-6]
             ),
-            opts=pulumi.ResourceOptions(parent=part, provider=self.cmd, replace_with=replace),
+            # The first step waits for what its component waits for (Pulumi orders a component's children only
+            # after the component's own registration, not after its dependencies).
+            opts=pulumi.ResourceOptions(parent=part, provider=self.cmd, replace_with=replace, depends_on=[access]),
         )
         rollout = ROLLOUT.format(node=w["name"], api=self.api)
-        kube = stdin_of(KUBECONFIG=self.secrets["kubeconfig"])
 
         def run(role: str, args: str, after: pulumi.Resource, stdin: Any = None, secret: bool = False) -> Any:
             return command.remote.Command(
@@ -61,7 +64,7 @@ class GuestParts(Base):
             )
 
         cloud_init = run("cloud-init", "", agent)
-        driver = run("driver", f"--mode host --branch 580 --flavor server --modules open {rollout}", cloud_init, kube)
+        driver = run("driver", f"--mode host --branch 580 --flavor server --modules open {rollout}", cloud_init)
         wait = command.local.Command(
             f"{part.prefix}-driver-wait",
             wait_args(host, driver.stdout),
@@ -73,7 +76,7 @@ class GuestParts(Base):
         )
         join = run("join", f"--node-name {w['name']} --api-endpoint {self.api} --minor 34", runtime, join_stdin, True)
         verify = run(
-            "verify", f"--gpu 10de:2236=NVIDIA --nvidia-smi 1 --driver 580 --containerd-nvidia 1 {rollout}", join, kube
+            "verify", f"--gpu 10de:2236=NVIDIA --nvidia-smi 1 --driver 580 --containerd-nvidia 1 {rollout}", join
         )
         part.register_outputs(
             {
@@ -85,9 +88,64 @@ class GuestParts(Base):
         )
         return part, verify, agent
 
+    def node_access(self) -> Part:
+        """The slot namespace and the RBAC letting nodes (group system:nodes) act for themselves."""
+        part = self.part("node_access:NodeStepAccess", "node-access")
+        opts = pulumi.ResourceOptions(parent=part, provider=self.kube)
+        rbac, name, group = k8s.rbac.v1, "proxmox-gpu-cluster-node-steps", "rbac.authorization.k8s.io"
+        cluster_name, managed = f"{name}:proxmox-gpu-cluster", {"app.kubernetes.io/managed-by": "proxmox-gpu-cluster"}
+        subjects = [rbac.SubjectArgs(kind="Group", api_group=group, name="system:nodes")]
+        ns = k8s.core.v1.Namespace(
+            f"{part.prefix}-namespace",
+            k8s.core.v1.NamespaceInitArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(name="proxmox-gpu-cluster", labels=managed)
+            ),
+            opts=opts,
+        )
+        namespace = ns.metadata.apply(lambda m: m.name or "")
+
+        def meta(object_name: str, in_namespace: bool) -> k8s.meta.v1.ObjectMetaArgs:
+            return k8s.meta.v1.ObjectMetaArgs(
+                name=object_name, namespace=namespace if in_namespace else None, labels=managed
+            )
+
+        def rules(resource: str, verbs: list[str]) -> list[Any]:
+            return [rbac.PolicyRuleArgs(api_groups=[""], resources=[resource], verbs=verbs)]
+
+        rbac.Role(
+            f"{part.prefix}-role",
+            rbac.RoleInitArgs(metadata=meta(name, True), rules=rules("configmaps", ["list", "create", "update"])),
+            opts=opts,
+        )
+        rbac.RoleBinding(
+            f"{part.prefix}-role-binding",
+            rbac.RoleBindingInitArgs(
+                metadata=meta(name, True),
+                role_ref=rbac.RoleRefArgs(api_group=group, kind="Role", name=name),
+                subjects=subjects,
+            ),
+            opts=opts,
+        )
+        rbac.ClusterRole(
+            f"{part.prefix}-cluster-role",
+            rbac.ClusterRoleInitArgs(metadata=meta(cluster_name, False), rules=rules("nodes", ["get", "delete"])),
+            opts=opts,
+        )
+        rbac.ClusterRoleBinding(
+            f"{part.prefix}-cluster-role-binding",
+            rbac.ClusterRoleBindingInitArgs(
+                metadata=meta(cluster_name, False),
+                role_ref=rbac.RoleRefArgs(api_group=group, kind="ClusterRole", name=cluster_name),
+                subjects=subjects,
+            ),
+            opts=opts,
+        )
+        part.register_outputs({"namespace": namespace})
+        return part
+
     def mig(self, w: dict[str, Any], host: pulumi.Output[str], boot: tuple[Part, Any, Any]) -> list[pulumi.Resource]:
         part = self.part("mig_rollout:MigRollout", f"{w['name']}-mig")
-        conn, stdin = ssh(host, "ubuntu", self.key), stdin_of(KUBECONFIG=self.secrets["kubeconfig"])
+        conn = ssh(host, "ubuntu", self.key)
         rollout = ROLLOUT.format(node=w["name"], api=self.api)
 
         def phase(name: str, after: list[pulumi.Resource], limit: int) -> command.remote.Command:
@@ -96,7 +154,7 @@ class GuestParts(Base):
             )
             return command.remote.Command(
                 f"{part.prefix}-{name}",
-                command.remote.CommandArgs(connection=conn, create=step("ubuntu", "mig", args), stdin=stdin),
+                command.remote.CommandArgs(connection=conn, create=step("ubuntu", "mig", args)),
                 opts=pulumi.ResourceOptions(
                     parent=part,
                     provider=self.cmd,
@@ -127,12 +185,9 @@ class GuestParts(Base):
                 connection=ssh(node["sshAddress"], "root", self.key),
                 create=args(1),
                 delete=args(0),
-                stdin=stdin_of(KUBECONFIG=self.secrets["kubeconfig"]),
                 add_previous_output_in_env=False,
             ),
-            opts=pulumi.ResourceOptions(
-                parent=part, provider=self.cmd, replace_with=[vm], depends_on=after, additional_secret_outputs=["stdin"]
-            ),
+            opts=pulumi.ResourceOptions(parent=part, provider=self.cmd, replace_with=[vm], depends_on=after),
         )
         part.register_outputs({"ready": drain_step.stdout})
 
