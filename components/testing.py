@@ -25,6 +25,7 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import resource as pulumi_resource
 from pulumi.runtime import rpc
 from pulumi.runtime.settings import ROOT
 from pulumi.runtime.stack import run_pulumi_func
@@ -113,6 +114,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.recording = recording
         self.urns: dict[str, RecordedResource] = {}
+        # (kind, path) -> content hash: every machine's agent copy names the same few directories, and hashing one
+        # again for each (a directory walk and a read of every file) was a fifth of a large plan.
+        self.hashes: dict[tuple[str, str], str] = {}
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
@@ -130,7 +134,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             provider=_urn_of(request.provider),
             dependencies=list(request.dependencies),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
-            inputs=_assets(rpc.deserialize_properties(request.object, keep_unknowns=True)),
+            inputs=_assets(rpc.deserialize_properties(request.object, keep_unknowns=True), self.hashes),
             protect=bool(request.protect),
             ignore_changes=list(request.ignoreChanges),
             replace_on_changes=list(request.replaceOnChanges),
@@ -173,17 +177,21 @@ class _ListHandler(logging.Handler):
         self.sink.append((record.levelname.lower(), record.getMessage()))
 
 
-def _assets(value: Any) -> Any:
+def _assets(value: Any, hashes: dict[tuple[str, str], str]) -> Any:
     """``value`` with each file asset or archive as ``{"asset"|"archive": {"hash": ...}}``: the engine compares them
     by hash alone (pulumi sdk/go/common/resource/properties_diff.go), so the local path, which differs from one
-    checkout to the next, is left out and the hash (sha256 over relative names and contents) is what a plan shows."""
+    checkout to the next, is left out and the hash (sha256 over relative names and contents) is what a plan shows.
+    ``hashes`` keeps each path's hash for the rest of the run (the files do not change while a program runs)."""
     if isinstance(value, dict):
-        return {k: _assets(v) for k, v in value.items()}
+        return {k: _assets(v, hashes) for k, v in value.items()}
     if isinstance(value, list):
-        return [_assets(v) for v in value]
+        return [_assets(v, hashes) for v in value]
     if isinstance(value, (pulumi.FileArchive, pulumi.FileAsset)):
         kind = "archive" if isinstance(value, pulumi.FileArchive) else "asset"
-        return {kind: {"hash": _content_hash(Path(value.path))}}
+        key = (kind, value.path)
+        if key not in hashes:
+            hashes[key] = _content_hash(Path(value.path))
+        return {kind: {"hash": hashes[key]}}
     return value
 
 
@@ -263,6 +271,7 @@ def run(
     # (benchmarks/plan_scale.py); nothing collectable piles up meanwhile, so collect once afterwards instead.
     collecting = gc.isenabled()
     gc.disable()
+    restore_stack_traces = _without_stack_traces()
     try:
         _sync_await(run_pulumi_func(body))
         if recording.duplicate_urns:
@@ -273,10 +282,29 @@ def run(
             # RegisterResourceOutputs; read them from the stack object instead.
             recording.stack.outputs = {k: _resolve(v) for k, v in getattr(root, "outputs", {}).items()}
     finally:
+        restore_stack_traces()
         logger.removeHandler(handler)
         if collecting:
             gc.enable()
     return recording
+
+
+def _without_stack_traces() -> Callable[[], None]:
+    """Make the SDK send an empty stack with each registration until the returned function is called. The SDK
+    walks the registering code's stack (``traceback.extract_stack``, then a file URI per frame) for every resource,
+    for the engine to show source positions; the mock monitor reads none of it, and it was a sixth of a large plan.
+    SDKs without the walk are left as they are."""
+    original = getattr(pulumi_resource, "_get_stack_trace", None)
+    if original is None:
+        return lambda: None
+    from pulumi.runtime.proto import source_pb2  # noqa: PLC0415 (only SDKs that send stack traces have it)
+
+    pulumi_resource._get_stack_trace = source_pb2.StackTrace  # an empty stack: no source position either
+
+    def restore() -> None:
+        pulumi_resource._get_stack_trace = original
+
+    return restore
 
 
 def _resolve(value: Any) -> Any:
