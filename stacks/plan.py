@@ -30,6 +30,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from types import EllipsisType
 from typing import Any, NoReturn
 
 import yaml
@@ -256,11 +257,12 @@ def plan(
     *,
     project: str = PROJECT,
     namespace: str | None = None,
+    spec: ClusterSpec | EllipsisType | None = ...,
 ) -> tuple[Recording, list[WorkerCapacity]]:
-    """Validate the cluster spec (if the config has one under ``namespace``, default the project), then run
-    ``main`` under mocks; ``get_pci`` answers from ``pci`` (node -> device list) where given, else like the
-    spec's hosts. InvalidStackConfig and IommuPreflightError propagate."""
-    spec = cluster_spec(document, namespace or project)
+    """Validate the cluster spec (if the config has one under ``namespace``, default the project; ``spec``: the
+    caller's ``cluster_spec`` of it), then run ``main`` under mocks; ``get_pci`` answers from ``pci`` (node ->
+    device list) where given, else like the spec's hosts. InvalidStackConfig and IommuPreflightError propagate."""
+    spec = cluster_spec(document, namespace or project) if spec is ... else spec
     config, secret_keys = stack_config(document, namespace or project)
     # The program's own directory comes first on sys.path, as under `pulumi up`.
     sys.path.insert(0, str(main.parent))
@@ -359,13 +361,12 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.kubevirt_vms:
             print(example_manifests(spec) if spec else "", end="")
             return 0
-        recording, capacity = plan(
-            args.stack, document, program.main, pci, project=program.project, namespace=namespace
-        )
+        given = {"project": program.project, "namespace": namespace}
+        recording, capacity = plan(args.stack, document, program.main, pci, **given, spec=spec)
         if args.diff_config or args.diff_base:
             other = read_inputs(args.diff_config, [])[0] if args.diff_config else stack_file_at(args.diff_base, path)
             other_spec = cluster_spec(other, namespace)
-            other_plan = plan(args.stack, other, program.main, pci, project=program.project, namespace=namespace)
+            other_plan = plan(args.stack, other, program.main, pci, **given, spec=other_spec)
     except (InputError, InvalidStackConfig, IommuPreflightError) as err:
         print(printable(err.lines), file=sys.stderr)
         return 2

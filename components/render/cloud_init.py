@@ -11,6 +11,7 @@ installs and starts the QEMU guest agent, which reports the VM's IP to Proxmox. 
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import yaml
@@ -18,8 +19,9 @@ import yaml
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
 
 
+@cache
 def vendor_data() -> str:
-    """The ``#cloud-config`` vendor data document."""
+    """The ``#cloud-config`` vendor data document (one text, rendered once per process: every node sends it)."""
     document: dict[str, Any] = {
         "write_files": [
             {

@@ -33,8 +33,20 @@ def content_name(base: str, data: Mapping[str, str]) -> str:
     return f"{base}-{content_hash(data)}"
 
 
+_DUMPED: dict[str, str] = {}
+"""YAML of the documents dumped so far, by ``repr``: every worker of a profile renders the same document."""
+
+
 def _dump(document: object) -> str:
-    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+    # repr tells apart what YAML would (tuples, ints and floats, True and 1) and follows the keys' order, as the
+    # dump does (sort_keys=False); the documents are small, their number is that of distinct profiles.
+    key = repr(document)
+    text = _DUMPED.get(key)
+    if text is None:
+        if len(_DUMPED) >= 1024:
+            _DUMPED.clear()
+        text = _DUMPED[key] = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+    return text
 
 
 @dataclass(frozen=True)
