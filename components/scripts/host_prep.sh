@@ -68,6 +68,7 @@ case "$reboot_policy" in
 when-idle | always | never) ;;
 *) fail arguments "--reboot-policy when-idle, always or never" "'$reboot_policy'" ;;
 esac
+[[ "$iommu_pt" == [01] ]] || fail arguments "--iommu-pt 0 or 1" "'$iommu_pt'"
 [[ ${#gpus[@]} -gt 0 ]] || fail arguments "at least one --gpu" "none"
 
 # The kernel arguments the spec asks for; intel_iommu=on joins them in main, from the running kernel.
@@ -250,8 +251,7 @@ main() {
     done
     ((found)) || fail vfio-ids "a PCI device at $slot.0" "none"
   done
-  # NVIDIA display functions (class 0x03xxxx) the node does not declare, a console GPU say: they need their
-  # host driver, so nouveau and nvidia may be blacklisted only when there is none.
+  # Undeclared NVIDIA display functions (class 0x03xxxx; a console GPU) need their host driver: no blacklist then.
   for fn in "$ROOT"/sys/bus/pci/devices/*; do
     vendor="$(cat "$fn/vendor" 2>/dev/null || true)"
     class="$(cat "$fn/class" 2>/dev/null || true)"

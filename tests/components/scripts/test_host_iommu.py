@@ -47,6 +47,24 @@ def test_an_active_iommu_needs_no_reboot_and_no_iommu_words(tmp_path: Path, cpu:
     settled(host, A10, A100)
 
 
+@pytest.mark.parametrize("cpu", ["amd", "intel"])
+def test_a_busy_node_with_its_iommu_on_passes_when_idle(tmp_path: Path, cpu: str) -> None:
+    # The symptom: a Proxmox VE 8.2+ node that already passes GPUs through, running VMs, rebootPolicy
+    # when-idle: host prep failed on every up, wanting a reboot for amd_iommu=on iommu=pt. Now nothing needs one.
+    host = FakeHost(tmp_path / "root", cpu=cpu)
+    assert host.prep(A10, A100).returncode == 0
+    host.guests("VM 3101 gpu-a100-a running", "CT 200 dns running")
+    r = host.prep(A10, A100)
+    assert (r.returncode, r.stdout) == (0, "reboot: not-needed\n"), r.stderr
+    assert mutating(r.calls) == [] and host.running_args(3101) is not None
+
+
+def test_iommu_pt_takes_0_or_1(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path / "root")
+    r = host.run("host_prep.sh", "--cpu-vendor", "amd", "--iommu-pt", "yes", "--gpu", "0000:41:00=10de:2236")
+    assert r.returncode == 1 and r.stderr.strip() == "host-prep: arguments: expected --iommu-pt 0 or 1, saw 'yes'"
+
+
 def test_an_intel_kernel_before_6_8_gets_intel_iommu_on_and_one_reboot(tmp_path: Path) -> None:
     host = FakeHost(tmp_path / "root", cpu="intel", kernel=OLD_KERNEL)
     assert not (host.root / "sys/kernel/iommu_groups").exists()
