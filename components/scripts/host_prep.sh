@@ -3,8 +3,7 @@
 # them), vfio-pci for exactly the PCI functions of the GPUs the node declares (by address), the host driver
 # blacklist only where every card of that driver is passed through.
 # Usage: host_prep.sh --cpu-vendor intel|amd --boot-loader grub|systemd-boot|auto --acs-override 0|1
-#                     --reboot-policy when-idle|always|never [--iommu-pt 0|1]
-#                     --gpu <domain:bus:device>=<vendor:device> [--gpu ...]
+#   --reboot-policy when-idle|always|never [--iommu-pt 0|1] --gpu <domain:bus:device>=<vendor:device> [--gpu ...]
 # Every path is under $PGC_ROOT (empty on a real host) so tests can run against a fake root.
 #
 # The IOMMU is decided from what runs, never from words on the command line: it is active when
@@ -204,11 +203,13 @@ main() {
   host_lock host-prep # host_lib.sh
   [[ "$boot_loader" != auto ]] || boot_loader="$(detect_boot_loader)"
 
-  # intel_iommu=on only where the running kernel needs it: before 6.8, or with its IOMMU off (say intel_iommu=off,
-  # or a kernel built without CONFIG_INTEL_IOMMU_DEFAULT_ON). Never removed once there: it is valid and harmless.
+  # intel_iommu=on only where the running kernel needs it: its IOMMU is off (before 6.8, intel_iommu=off, a kernel
+  # without CONFIG_INTEL_IOMMU_DEFAULT_ON), or it is on thanks to the argument on a kernel before 6.8 (kept in the
+  # boot configuration for the next boot). Never removed once there: it is valid and harmless.
   release="$(cat "$ROOT/proc/sys/kernel/osrelease")"
   ! iommu_active || iommu=1
-  if [[ "$cpu_vendor" == intel ]] && { ! intel_default_on "$release" || ((!iommu)); }; then
+  if [[ "$cpu_vendor" == intel ]] && { ((!iommu)) || { ! intel_default_on "$release" &&
+    [[ " $(cat "$ROOT/proc/cmdline") " == *" intel_iommu=on "* ]]; }; }; then
     wanted_args=("intel_iommu=on" ${wanted_args[@]+"${wanted_args[@]}"})
   fi
 
@@ -272,10 +273,9 @@ blacklist nvidia
 blacklist nvidiafb
 blacklist nvidia_drm"
   fi
-  # By address: whenever modprobe loads vfio-pci (a softdep of each host driver below, or modules-load.d) it runs
-  # this install command, which sets driver_override on exactly these functions and then inserts vfio-pci, which
-  # binds them; the host drivers load after it and match every other device. A function missing from this boot
-  # (its card removed) is skipped. No "options vfio-pci ids=": that takes every card of the model.
+  # By address: whenever modprobe loads vfio-pci (a softdep of each host driver, or modules-load.d) this install
+  # command sets driver_override on exactly these functions (a card removed is skipped), then inserts vfio-pci,
+  # which binds them; the host drivers, loaded after it, match every other device. No ids=: every card of a model.
   content["$ROOT/etc/modprobe.d/vfio.conf"]="# Managed by proxmox-gpu-cluster: vfio-pci takes exactly these PCI functions \
 (driver_override), the host drivers everything else
 install vfio-pci for f in ${functions[*]}; do [ ! -e /sys/bus/pci/devices/\$f/driver_override ] || echo vfio-pci \

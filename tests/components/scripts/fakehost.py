@@ -74,6 +74,8 @@ class FakeHost(FakeRoot):
     def __init__(self, root: Path, cpu: str = "amd", kernel: str = "6.8.12-4-pve", firmware_iommu: bool = True) -> None:
         super().__init__(root)
         self.cpu, self.kernel, self.firmware_iommu = cpu, kernel, firmware_iommu
+        self.intel_default_on: bool | None = None
+        """CONFIG_INTEL_IOMMU_DEFAULT_ON of the kernel, when not Proxmox's (set from 6.8); None: Proxmox's."""
         install_kmod(self.bin)
         self.bodies: dict[str, str] = {}
         self.stub_script("update-grub", tools._UPDATE_GRUB)
@@ -264,7 +266,7 @@ class FakeHost(FakeRoot):
         if "on" in args.get("intel_iommu", []) or "off" in args.get("intel_iommu", []):
             return "on" in args["intel_iommu"]
         major, minor = (int(x) for x in re.findall(r"\d+", self.kernel)[:2])
-        return (major, minor) >= (6, 8)
+        return (major, minor) >= (6, 8) if self.intel_default_on is None else self.intel_default_on
 
     def state(self) -> dict[str, object]:
         """Files (the lock's holder line aside) and running state: loaded modules, drivers, VMs' kvm argv, boots."""

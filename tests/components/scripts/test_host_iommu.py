@@ -78,6 +78,25 @@ def test_an_intel_kernel_before_6_8_gets_intel_iommu_on_and_one_reboot(tmp_path:
     assert host.boots == 2
 
 
+def test_intel_iommu_on_only_where_the_running_kernel_needs_it(tmp_path: Path) -> None:
+    # A 6.5 kernel built with CONFIG_INTEL_IOMMU_DEFAULT_ON runs with the IOMMU on: it needs nothing, no reboot.
+    host = FakeHost(tmp_path / "default-on", cpu="intel", kernel=OLD_KERNEL)
+    host.intel_default_on = True
+    host.reboot()
+    r = host.prep(A10)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "reboot: not-needed", r.stdout + r.stderr
+    assert "intel_iommu" not in host.read("etc/default/grub")
+    # Proxmox's 6.5 has its IOMMU on thanks to intel_iommu=on: the boot configuration keeps it for the next boot,
+    # even after someone took it out of the file (put back, GRUB regenerated, no reboot: the running kernel has it).
+    host = FakeHost(tmp_path / "proxmox", cpu="intel", kernel=OLD_KERNEL)
+    assert host.prep(A10).returncode == 0 and host.reboot_if_scheduled()
+    host.write("etc/default/grub", GRUB)
+    r = host.prep(A10)
+    assert r.returncode == 0 and changed(r.stdout) == ["changed: /etc/default/grub"] and "update-grub " in r.calls
+    assert r.stdout.splitlines()[-1] == "reboot: not-needed"
+    assert "intel_iommu=on" in host.generated_cmdline()
+
+
 def test_iommu_pt_only_when_the_spec_asks(tmp_path: Path) -> None:
     host = FakeHost(tmp_path / "root")
     assert host.prep(A10, A100).returncode == 0 and "iommu=pt" not in host.read("etc/default/grub")
