@@ -24,6 +24,7 @@ from proxmox_gpu_cluster.core.spec_base import (
     ToolkitVersion,
     on_branch,
 )
+from proxmox_gpu_cluster.core.vgpu import MDEV_KERNEL_BELOW
 
 VIOMMU_KERNEL_ARGS = ("intel_iommu=on", "iommu=pt")
 """What turns on the Intel vIOMMU a KubeVirt worker VM gets (``components.worker_vm.machine_type``); pt keeps
@@ -76,6 +77,11 @@ class GuestBootstrapSpec(SpecModel):
     kvm: bool = Field(
         default=False,
         description="The host must offer /dev/kvm: a KubeVirt node runs VMs (a VM worker needs nested virtualization).",
+    )
+    kernel_below: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+$")] | None = Field(
+        default=None,
+        description="The running kernel must be older than this (``6.0`` on a vm-vgpu node: NVIDIA supports the GPU "
+        "Operator's mdev-based KubeVirt vGPU path below kernel 6.0 only; the verify step checks ``uname -r``).",
     )
     driver_branch: DriverBranch = Field(description="Driver branch, e.g. ``580``.")
     driver_version: DriverVersion | None = Field(default=None, description="Exact driver version, e.g. ``580.95.05``.")
@@ -140,6 +146,7 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
         driver_mode=mode,
         kernel_args=VIOMMU_KERNEL_ARGS if kubevirt else (),
         kvm=kubevirt,
+        kernel_below=MDEV_KERNEL_BELOW if worker.workload == "vm-vgpu" else None,
         driver_branch=op.driver_branch,
         driver_version=op.driver_version,
         driver_flavor=guest.driver_flavor,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
 from proxmox_gpu_cluster.core.errors import Problem
 from proxmox_gpu_cluster.core.inventory import find_host_gpu
+from proxmox_gpu_cluster.core.vgpu import cloud_image_release, vgpu_path_problems
 
 if TYPE_CHECKING:
     # Types only: the spec module runs the cross-field validation, which imports this module.
@@ -53,7 +54,13 @@ def _vgpu(spec: ClusterSpec, i: int, w: Worker) -> list[Problem]:
     if w.vgpu_type is None:
         return [Problem(at, "required for vm-vgpu workers (e.g. A10-24Q)")]
     models = [CATALOG[h.model] for c in w.gpus if (h := find_host_gpu(spec, w.node, c.ref)) is not None]
-    return [Problem(at, m) for m in vgpu_type_problems(w.vgpu_type, models)]
+    # The guest's release decides mdev vs the vendor-specific VFIO framework (core/vgpu.py); a template or a URL
+    # that names no release is left to the verify step, which checks the running kernel.
+    release = cloud_image_release(w.image.cloud_image_url)
+    return [
+        *(Problem(at, m) for m in vgpu_type_problems(w.vgpu_type, models)),
+        *(Problem(f"workers[{i}].image.cloudImageUrl", m) for m in vgpu_path_problems(release, models)),
+    ]
 
 
 def vgpu_type_problems(vgpu_type: str, models: Iterable[GpuModel]) -> list[str]:

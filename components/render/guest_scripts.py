@@ -120,6 +120,8 @@ def verify_args(b: GuestBootstrapSpec) -> list[str]:
         args += ["--kvm", "1"]
     for arg in b.kernel_args:
         args += ["--kernel-arg", arg]
+    if b.kernel_below is not None:
+        args += ["--kernel-below", b.kernel_below]
     return args + rollout_args(b)
 
 

@@ -4,10 +4,14 @@
 # Changes nothing on the host. Sent after guest_lib.sh and guest_rollout.sh.
 #
 # KubeVirt nodes: the GPUs on vfio-pci (vm-passthrough), the kernel booted with the IOMMU arguments and IOMMU
-# groups present, and /dev/kvm (a VM worker needs nested virtualization from its Proxmox node).
+# groups present, and /dev/kvm (a VM worker needs nested virtualization from its Proxmox node). A vm-vgpu node
+# (--kernel-below 6.0) must run a kernel older than that: the GPU Operator's KubeVirt vGPU path uses mediated devices,
+# which NVIDIA supports below kernel 6.0 only (on 6.8 the vGPU Manager uses the vendor-specific VFIO framework on
+# SR-IOV GPUs and no mdev device appears; components/core/vgpu.py has the sources).
 #
 # Usage: guest_verify.sh --gpu VENDOR:DEVICE=PRODUCT [--gpu ...] [--nvidia-smi 0|1] [--driver VERSION|BRANCH]
 #                        [--containerd-nvidia 0|1] [--vfio 0|1] [--kvm 0|1] [--kernel-arg ARG ...]
+#                        [--kernel-below MAJOR.MINOR]
 #                        [--rollout 1 --rollout-node NAME --rollout-api HOST:PORT ...] (guest_rollout.sh)
 # A node the driver step cordoned for a rolling change (guest_rollout.sh) is uncordoned once it passed and its slot
 # given back; when it fails, the slot is given back and the node stays cordoned.
@@ -17,12 +21,13 @@ set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="verify"
 
-gpus=() nvidia_smi=0 driver="" containerd_nvidia=0 vfio=0 kvm=0 kernel_args=()
+gpus=() nvidia_smi=0 driver="" containerd_nvidia=0 vfio=0 kvm=0 kernel_args=() kernel_below=""
 while (($#)); do
   case "$1" in
   --vfio) vfio="$2" ;;
   --kvm) kvm="$2" ;;
   --kernel-arg) kernel_args+=("$2") ;;
+  --kernel-below) kernel_below="$2" ;;
   --gpu) gpus+=("$2") ;;
   --nvidia-smi) nvidia_smi="$2" ;;
   --driver) driver="$2" ;;
@@ -114,6 +119,21 @@ check_kernel() {
   fi
 }
 
+# check_kernel_release: the RUNNING kernel (uname -r, not the installed packages: a newer kernel only counts once
+# booted) is older than --kernel-below.
+check_kernel_release() {
+  local running
+  running="$(uname -r)"
+  [[ "$kernel_below" =~ ^([0-9]+)\.([0-9]+)$ ]] || fail "arguments" "--kernel-below MAJOR.MINOR" "$kernel_below"
+  local below=$((BASH_REMATCH[1] * 1000 + BASH_REMATCH[2]))
+  [[ "$running" =~ ^([0-9]+)\.([0-9]+) ]] || fail "uname -r" "a kernel release" "$running"
+  local why="vm-vgpu: NVIDIA supports the GPU Operator's KubeVirt vGPU, mediated devices, below kernel"
+  if ((BASH_REMATCH[1] * 1000 + BASH_REMATCH[2] >= below)); then
+    fail "running kernel (uname -r)" "older than $kernel_below ($why $kernel_below only, e.g. Ubuntu 22.04's 5.15)" \
+      "$running"
+  fi
+}
+
 check_kvm() {
   [[ -e "$ROOT/dev/kvm" ]] ||
     fail "/dev/kvm" "the KVM device (nested virtualization: cpu host, and nested=1 in the Proxmox node's kvm module)" \
@@ -128,6 +148,8 @@ main() {
     rollout_resume
   fi
   check_pci
+  # The kernel release first: on a kernel that cannot serve vGPUs, the rest does not matter.
+  [[ -n "$kernel_below" ]] && check_kernel_release
   ((${#kernel_args[@]})) && check_kernel
   ((vfio)) && check_vfio
   ((kvm)) && check_kvm
