@@ -12,8 +12,8 @@
 # written and an old one is removed); Intel's follows CONFIG_INTEL_IOMMU_DEFAULT_ON (drivers/iommu/intel/iommu.c:
 # dmar_disabled = !IS_ENABLED(CONFIG_INTEL_IOMMU_DEFAULT_ON)), which Proxmox's kernels set from 6.8 (Proxmox VE
 # 8.2+ and 9; pve-docs qm-pci-passthrough, "IOMMU": "With recent kernels (6.8 or newer), this is also true for
-# Intel CPUs"). So intel_iommu=on is added on Intel only when the running kernel is older than 6.8 or its IOMMU is
-# off; iommu=pt only with --iommu-pt 1 (pve-docs: optional, "might increase performance").
+# Intel CPUs"). So intel_iommu=on is added on Intel only when the running kernel has its IOMMU off (or on thanks to
+# it, before 6.8); iommu=pt only with --iommu-pt 1 (pve-docs: optional, "might increase performance").
 #
 # GPUs are bound by PCI address, never by vendor:device id (options vfio-pci ids= takes every card of the model, a
 # console GPU too): vfio.conf gives vfio-pci an install command that writes driver_override for exactly the declared
