@@ -49,8 +49,8 @@ RELEASE_KERNEL: dict[UbuntuRelease, str] = {"22.04": "5.15 (GA; the HWE kernel i
 SOURCE = "NVIDIA GPU Operator platform support: KubeVirt with vGPU on Ubuntu 22.04, kernel < 6.0"
 
 _RELEASES: tuple[tuple[UbuntuRelease, re.Pattern[str]], ...] = (
-    ("22.04", re.compile(r"jammy|(?<![0-9.])22\.04(?![0-9])")),
-    ("24.04", re.compile(r"noble|(?<![0-9.])24\.04(?![0-9])")),
+    ("22.04", re.compile(r"(?<![a-z])jammy(?![a-z])|(?<![0-9.])22\.04(?![0-9])")),
+    ("24.04", re.compile(r"(?<![a-z])noble(?![a-z])|(?<![0-9.])24\.04(?![0-9])")),
 )
 
 

@@ -29,6 +29,7 @@ NOBLE = "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd
         ("https://mirror.example.test/golden/worker.qcow2", None),  # names no release
         ("https://mirror.example.test/jammy-to-noble/noble.img", None),  # names both: unknown, not a guess
         ("https://mirror.example.test/v122.04/img.qcow2", None),  # not a release number
+        ("https://ignoble.example.test/worker.img", None),  # not a code name
         (None, None),  # a template clone
     ],
 )
