@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+from pulumi import _types as pulumi_types
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import resource as pulumi_resource
 from pulumi.runtime import rpc
@@ -271,7 +272,7 @@ def run(
     # (benchmarks/plan_scale.py); nothing collectable piles up meanwhile, so collect once afterwards instead.
     collecting = gc.isenabled()
     gc.disable()
-    restore_stack_traces = _without_stack_traces()
+    restore_sdk = _lighter_sdk()
     try:
         _sync_await(run_pulumi_func(body))
         if recording.duplicate_urns:
@@ -282,29 +283,59 @@ def run(
             # RegisterResourceOutputs; read them from the stack object instead.
             recording.stack.outputs = {k: _resolve(v) for k, v in getattr(root, "outputs", {}).items()}
     finally:
-        restore_stack_traces()
+        restore_sdk()
         logger.removeHandler(handler)
         if collecting:
             gc.enable()
     return recording
 
 
-def _without_stack_traces() -> Callable[[], None]:
-    """Make the SDK send an empty stack with each registration until the returned function is called. The SDK
-    walks the registering code's stack (``traceback.extract_stack``, then a file URI per frame) for every resource,
-    for the engine to show source positions; the mock monitor reads none of it, and it was a sixth of a large plan.
-    SDKs without the walk are left as they are."""
-    original = getattr(pulumi_resource, "_get_stack_trace", None)
-    if original is None:
-        return lambda: None
-    from pulumi.runtime.proto import source_pb2  # noqa: PLC0415 (only SDKs that send stack traces have it)
+def _lighter_sdk() -> Callable[[], None]:
+    """Skip, until the returned function is called, three things the SDK does per resource that a mock run
+    throws away (together about a quarter of a large plan's time):
 
-    pulumi_resource._get_stack_trace = source_pb2.StackTrace  # an empty stack: no source position either
+    - the registering code's stack (``traceback.extract_stack``, then a file URI per frame), which the SDK sends
+      for the engine to show source positions: the mock monitor reads none, so an empty stack goes instead;
+    - its debug log lines (several per resource), which ``run`` records from info level up only;
+    - the output types of the resource's class (``typing.get_type_hints`` over its annotations, for every
+      instance): the same for every instance of a class, so worked out once per class and run.
+
+    SDKs without one of these are left as they are."""
+    undo: list[Callable[[], None]] = []
+
+    def swap(module: Any, name: str, replacement: Any) -> None:
+        original = getattr(module, name, None)
+        if original is not None:
+            setattr(module, name, replacement(original))
+            undo.append(lambda: setattr(module, name, original))
+
+    if hasattr(pulumi_resource, "_get_stack_trace"):
+        from pulumi.runtime.proto import source_pb2  # noqa: PLC0415 (only SDKs that send stack traces have it)
+
+        swap(pulumi_resource, "_get_stack_trace", lambda _: source_pb2.StackTrace)
+    swap(pulumi.log, "debug", lambda _: _no_debug)
+    swap(pulumi_types, "resource_types", _per_class)
 
     def restore() -> None:
-        pulumi_resource._get_stack_trace = original
+        for step in reversed(undo):
+            step()
 
     return restore
+
+
+def _no_debug(*_: Any, **__: Any) -> None:
+    """``pulumi.log.debug`` while a program runs under ``run``: its lines would be dropped below info level."""
+
+
+def _per_class(resource_types: Callable[[type], dict[str, type]]) -> Callable[[type], dict[str, type]]:
+    known: dict[type, dict[str, type]] = {}
+
+    def types_of(cls: type) -> dict[str, type]:
+        if cls not in known:
+            known[cls] = resource_types(cls)
+        return dict(known[cls])  # the SDK's own answer is a new dict each time
+
+    return types_of
 
 
 def _resolve(value: Any) -> Any:
