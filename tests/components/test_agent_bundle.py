@@ -158,6 +158,26 @@ def test_the_prologue_stops_a_bundle_that_is_not_what_its_name_says(tmp_path: Pa
     assert "pulumi up --replace" in proc.stderr
 
 
+@pytest.mark.parametrize("step", [s for s in ALL_STEPS if any(n.endswith(".py") for n, _ in bundle_files(s))])
+def test_running_the_agent_leaves_its_bundle_as_copied(tmp_path: Path, step: str) -> None:
+    # A step runs its modules from its bundle (python3 <bundle>/cluster.py, which imports kubeapi.py beside it), as
+    # root, so python3 may write byte code there; the next run of the same bundle checks its fingerprint over every
+    # name in the directory: anything the run left behind stops every later run of that step on the machine.
+    bundle = tmp_path / bundle_name(step)
+    bundle.mkdir()
+    for name, content in bundle_files(step):
+        (bundle / name).write_bytes(content)
+    machine = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}  # a step's environment: no PYTHONDONTWRITEBYTECODE
+    text = (bundle / "step.sh").read_text()
+    flags = ["-B"] if re.search(r"python3 -B|PYTHONDONTWRITEBYTECODE=1", text) else []  # as the step runs python3
+    for module in sorted(n for n, _ in bundle_files(step) if n.endswith(".py")):
+        argv = ["python3", *flags, str(bundle / module)]
+        subprocess.run(argv, capture_output=True, check=False, cwd=tmp_path, env=machine)
+    assert sorted(p.name for p in bundle.iterdir()) == [n for n, _ in bundle_files(step)]
+    proc = run_step(bundle, "")  # the prologue's check passes; the step then refuses its missing arguments
+    assert "sha256sum" not in proc.stderr and "expected fingerprint" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("step", ALL_STEPS)
 def test_each_bundle_parses_and_passes_shellcheck_as_installed(tmp_path: Path, step: str) -> None:
     text = dict(bundle_files(step))["step.sh"].decode()
