@@ -14,10 +14,16 @@ import pytest
 from tests.agent.agent import ENDPOINT, cluster, kube
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import FakeCluster, Pod, grants
-from tests.components.scripts.test_retire import KUBECONFIG, NODE, _tools, drain, make_guest
+from tests.components.scripts.test_retire import KUBECONFIG, NODE, drain, make_guest
+from tests.support import external
 
 OTHER = "gpu-a10-b"
-__all__ = ["_tools"]  # the autouse fixture that checks python3 and perl, used here too
+
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    # The fake kubectl and the agent run on the system interpreter, as python3 on an Ubuntu guest.
+    external(Path("/usr/bin/python3"), "python3", "install it with: apt-get install python3")
 
 
 def setup(root: Path) -> tuple[FakeGuest, FakeCluster]:
