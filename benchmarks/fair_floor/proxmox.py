@@ -36,7 +36,7 @@ class ProxmoxParts(Base):
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[run])),
         )
         verify_args = " ".join(
-            ["--kernel-arg amd_iommu=on --kernel-arg iommu=pt", *(f"--gpu {g['pciPath']}" for g in node["gpus"])]
+            [f"--gpu {g['pciPath']}" for g in node["gpus"]]
         )
         verify = command.remote.Command(
             f"{prep.prefix}-verify",
