@@ -147,7 +147,8 @@ def plan_document(
 
 
 REBOOTS = {
-    "-host-prep-prep": "the Proxmox node, when its running kernel lacks a wanted argument (intel_iommu=on with the IOMMU off, iommu=pt, ACS override; rebootPolicy)",
+    "-host-prep-prep": "the Proxmox node, when its running kernel lacks a wanted argument (intel_iommu=on with the "
+    "IOMMU off, iommu=pt, ACS override; rebootPolicy)",
     "-bootstrap-driver": "the guest, when a driver, kernel argument or vfio change needs it (rolled when joined)",
     "-large-bar": "starts the new VM with its MMIO window; restarts one only if the window was lost",
 }
