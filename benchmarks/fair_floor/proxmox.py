@@ -35,9 +35,7 @@ class ProxmoxParts(Base):
             wait_args(node["sshAddress"], run.stdout, [run.stdout]),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[run])),
         )
-        verify_args = " ".join(
-            [f"--gpu {g['pciPath']}" for g in node["gpus"]]
-        )
+        verify_args = " ".join([f"--gpu {g['pciPath']}" for g in node["gpus"]])
         verify = command.remote.Command(
             f"{prep.prefix}-verify",
             command.remote.CommandArgs(
