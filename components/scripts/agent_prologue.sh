@@ -12,12 +12,20 @@ set -euo pipefail
 
 if [[ -n "${BASH_SOURCE[0]:-}" && -f "${BASH_SOURCE[0]}" && "${BASH_SOURCE[0]}" == */step.sh ]]; then
   pgc_bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-  pgc_seen="$(cd "$pgc_bundle" && LC_ALL=C sha256sum -- * | sha256sum | cut -c1-12)"
+  # The bundle's files only: a directory beside them (a __pycache__ an older python3 run left) is no part of it.
+  pgc_files=()
+  for pgc_file in "$pgc_bundle"/*; do
+    [[ -f "$pgc_file" ]] && pgc_files+=("${pgc_file##*/}")
+  done
+  pgc_seen="$(cd "$pgc_bundle" && LC_ALL=C sha256sum -- "${pgc_files[@]}" | sha256sum | cut -c1-12)"
   if [[ "$pgc_seen" != "${pgc_bundle##*-}" ]]; then
     printf 'agent: bundle %s: expected fingerprint %s, saw %s (an incomplete or edited copy: replace this machine'"'"'s -agent resource with pulumi up --replace <its URN>)\n' \
       "$pgc_bundle" "${pgc_bundle##*-}" "$pgc_seen" >&2
     exit 1
   fi
+  # python3 runs the agent's modules from here as root and would cache the imported ones (kubeapi.py) in a
+  # __pycache__ beside them: the bundle must stay as copied, so no byte code is written (PYTHONDONTWRITEBYTECODE).
+  export PYTHONDONTWRITEBYTECODE=1
   # The agent's Python modules sit beside this script; only the steps that call them read it.
   # shellcheck disable=SC2034
   PGC_AGENT_DIR="$pgc_bundle"
@@ -41,5 +49,5 @@ if [[ -n "${BASH_SOURCE[0]:-}" && -f "${BASH_SOURCE[0]}" && "${BASH_SOURCE[0]}" 
     done
     unset pgc_line pgc_name pgc_value
   fi
-  unset pgc_seen
+  unset pgc_seen pgc_files pgc_file
 fi
