@@ -84,11 +84,15 @@ class Cluster(ProxmoxParts, GuestParts):
                 opts=pulumi.ResourceOptions(
                     parent=labels,
                     provider=self.kube,
-                    depends_on=[boots[w["name"]][0], *migs.get(w["name"], [])],
+                    depends_on=[boots[w["name"]][0], *migs[w["name"]][0]]
+                    if w["name"] in migs
+                    else [boots[w["name"]][0]],
                     replace_with=[boots[w["name"]][1]],
                 ),
             )
         labels.register_outputs({"nodes": [w["name"] for w in workers]})
+        for w in (w for w in workers if w["name"] in migs):  # restart (if due) and wait, once the label changed
+            migs[w["name"]][1](patches[w["name"]], host_agents[w["node"]])
         for w in workers:
             self.retirement(w, vms[w["name"]][0], [boots[w["name"]][0], patches[w["name"]], host_agents[w["node"]]])
         release = self.operator(workers, list(patches.values()), labels)

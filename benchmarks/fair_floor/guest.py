@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pulumi
@@ -143,15 +144,18 @@ class GuestParts(Base):
         part.register_outputs({"namespace": namespace})
         return part
 
-    def mig(self, w: dict[str, Any], host: pulumi.Output[str], boot: tuple[Part, Any, Any]) -> list[pulumi.Resource]:
+    def mig(
+        self, w: dict[str, Any], host: pulumi.Output[str], boot: tuple[Part, Any, Any]
+    ) -> tuple[list[pulumi.Resource], Callable[[pulumi.Resource, pulumi.Resource], None]]:
+        """The begin step, and what makes the restart (on the VM's Proxmox node) and end steps once the label patch
+        exists (the patch and the node's agent copy)."""
         part = self.part("mig_rollout:MigRollout", f"{w['name']}-mig")
         conn = ssh(host, "ubuntu", self.key)
         rollout = ROLLOUT.format(node=w["name"], api=self.api)
+        mig_args = f"--mig-config {sharing(w)[1]} --timeout 600 --operator-namespace gpu-operator --mig-mode 0=1"
 
         def phase(name: str, after: list[pulumi.Resource], limit: int) -> command.remote.Command:
-            args = (
-                f"--phase {name} --mig-config {sharing(w)[1]} --timeout 600 --operator-namespace gpu-operator {rollout}"
-            )
+            args = f"--phase {name} {mig_args} {rollout}"
             return command.remote.Command(
                 f"{part.prefix}-{name}",
                 command.remote.CommandArgs(connection=conn, create=step("ubuntu", "mig", args)),
@@ -165,9 +169,29 @@ class GuestParts(Base):
             )
 
         begin = phase("begin", [boot[0]], 22500)
-        end = phase("end", [begin], 900)
-        part.register_outputs({"settled": end.stdout})
-        return [begin]
+
+        def settle(patch: pulumi.Resource, agent: pulumi.Resource) -> None:
+            node = next(n for n in self.spec["proxmox"]["nodes"] if n["name"] == w["node"])
+            guest = f"/home/ubuntu/{AGENT}/mig-{short('mig', 12)}/step.sh"
+            args = f"--vmid {w['vmid']} --node-name {w['name']} --timeout 600 --guest-step {guest} -- --phase restart"
+            restart = command.remote.Command(
+                f"{part.prefix}-restart",
+                command.remote.CommandArgs(
+                    connection=ssh(node["sshAddress"], "root", self.key),
+                    create=step("root", "mig-restart", f"{args} {mig_args} {rollout}"),
+                ),
+                opts=pulumi.ResourceOptions(
+                    parent=part,
+                    provider=self.cmd,
+                    depends_on=[begin, patch, agent],
+                    replace_with=[boot[1]],
+                    custom_timeouts=pulumi.CustomTimeouts(create="3120s", update="3120s"),
+                ),
+            )
+            end = phase("end", [restart], 900)
+            part.register_outputs({"settled": end.stdout})
+
+        return [begin], settle
 
     def retirement(self, w: dict[str, Any], vm: proxmoxve.VmLegacy, after: list[pulumi.Resource]) -> None:
         part = self.part("worker_retirement:WorkerRetirement", f"{w['name']}-retirement")

@@ -3,7 +3,7 @@ Runs on the machine (python3 3.10+, stdlib only) with kubeapi.py beside it, as t
 kubeconfig: no admin credential reaches the machine; see kubeapi.py for what a node may do).
 
     cluster.py rollout joined|begin|resume|end|cleanup --node N --api HOST:PORT --kubeconfig FILE --namespace NS ...
-    cluster.py mig --phase begin|end --mig-config NAME --timeout S --operator-namespace NS <rollout flags>
+    cluster.py mig --phase begin|restart|end --mig-config NAME --timeout S --operator-namespace NS <rollout flags>
     cluster.py retire --node-name N --api-endpoint HOST:PORT --kubeconfig FILE --timeout S [...]
 
 A failure prints ``<step>: <what>: expected <x>, saw <y>`` (the tool's output below) and exits 1; ``rollout joined``
@@ -38,6 +38,8 @@ ANNOTATION = "proxmox-gpu-cluster.io/rollout"
 MANAGED = {"app.kubernetes.io/managed-by": "proxmox-gpu-cluster"}
 SLOT_PREFIX = "proxmox-gpu-cluster-rollout-"
 NOT_JOINED = 3
+STATE = "nvidia.com/mig.config.state"  # mig-manager's report: pending, rebooting, success or failed
+RESTARTED = "proxmox-gpu-cluster.io/mig-restart"  # mig-manager's state when the VM restarted for a MIG mode
 _TIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # MicroTime, as the API server writes it
 
 
@@ -220,36 +222,60 @@ class Rollout:
                 self.release(slot.name, err=True)
 
 
-def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str) -> None:
-    """MIG begin: drain through a slot when the node's nvidia.com/mig.config label holds another geometry. End: for
-    a node begin cordoned, wait (bounded) for the wanted geometry and mig-manager's success, then uncordon."""
+def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str, *, mode_change: bool = False) -> None:
+    """MIG begin: drain through a slot when the node's nvidia.com/mig.config label holds another geometry, or the same
+    one while a GPU's MIG mode must change (``mode_change``). Restart (before the Proxmox-side VM restart): record
+    mig-manager's state as stale (RESTARTED). End: for a node begin cordoned, wait (bounded) for the wanted geometry
+    and mig-manager's success, then uncordon."""
     node = rollout.node_object()
     labels = metadata(node, "labels")
     if phase == "begin":
         current = labels.get("nvidia.com/mig.config", "")
-        if current and current != wanted:
-            rollout.begin(f"MIG {current} -> {wanted}")
+        if current and (current != wanted or mode_change):
+            rollout.begin(f"MIG {current} -> {wanted}" if current != wanted else f"MIG mode for {wanted}")
         else:
             say(f"mig: {rollout.node}: {current or 'no geometry yet'} -> {wanted}: nothing to drain")
         return
+    if phase == "restart":
+        return restarting(rollout, labels.get(STATE, ""), wanted)
+    stale = metadata(node).get(RESTARTED)
     if not metadata(node).get(ANNOTATION):
+        if stale is not None:
+            rollout.kube("annotate", "node", rollout.node, f"{RESTARTED}-")
         say(f"mig: {rollout.node} was not cordoned for a MIG change; nothing to wait for")
         return rollout.end()  # gives back a slot a killed end left held
     rollout.resume()
-    what, waited = ("mig", "nvidia.com/mig.config.state", f"success for {wanted} on {rollout.node}"), 0
-    while (labels.get("nvidia.com/mig.config"), labels.get("nvidia.com/mig.config.state")) != (wanted, "success"):
-        have, state = labels.get("nvidia.com/mig.config") or "none", labels.get("nvidia.com/mig.config.state") or "none"
-        if have == wanted and state == "failed":
+    what, waited = ("mig", STATE, f"success for {wanted} on {rollout.node}"), 0
+    while True:
+        have, state = labels.get("nvidia.com/mig.config") or "none", labels.get(STATE) or "none"
+        if stale is not None and state != stale:  # mig-manager reported after the VM restart: forget the old one
+            rollout.kube("annotate", "node", rollout.node, f"{RESTARTED}-")
+            stale = None
+        if stale is None and (have, state) == (wanted, "success"):
+            break
+        if stale is None and have == wanted and state == "failed":
             raise Failure(*what, f"failed: see kubectl logs -n {namespace} -l app=nvidia-mig-manager --tail=100 (a "
                           "GPU process still running, or a geometry the GPU refuses)")  # fmt: skip
         if waited >= timeout:
-            hint = f"label {have}, state {state} (is mig-manager running in {namespace}?)"
+            since = ", its report from before the VM restart" if stale is not None else ""
+            hint = f"label {have}, state {state}{since} (is mig-manager running in {namespace}?)"
             raise Failure(*what[:2], f"{what[2]} within {timeout}s", hint)
         rollout.sleep(rollout.poll)
         waited += rollout.poll
         labels = metadata(rollout.node_object(), "labels")
     say(f"mig: {rollout.node} runs {wanted} (mig-manager: success)")
     rollout.end()
+
+
+def restarting(rollout: Rollout, state: str, wanted: str) -> None:
+    """Before the VM restart that applies a pending MIG mode: mig-manager's state label now is a report from before
+    the reset (failed or rebooting: it could not reset the GPU either; pending: still trying), so the end step waits
+    for its next one. A success of all-disabled stays valid (mig-manager finds nothing to change after the restart
+    and reports no new state)."""
+    if state == "success" and wanted == "all-disabled":
+        return say(f"mig: {rollout.node}: restarting for the MIG mode; mig-manager's success stays valid")
+    rollout.kube("annotate", "node", rollout.node, "--overwrite", f"{RESTARTED}={state or 'none'}")
+    say(f"mig: {rollout.node}: restarting for the MIG mode; mig-manager's state {state or 'none'} is from before it")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -271,7 +297,8 @@ def main(argv: Sequence[str]) -> int:
                           drain_timeout=n["drain_timeout"], emptydir=n["emptydir"], force=n["force"],
                           namespace=o.get("namespace", NAMESPACE))  # fmt: skip
         if command == "mig":
-            mig(rollout, o["phase"], o["mig_config"], int(o["timeout"]), o["operator_namespace"])
+            mig(rollout, o["phase"], o["mig_config"], int(o["timeout"]), o["operator_namespace"],
+                mode_change=o.get("mode_change") == "1")  # fmt: skip
         elif action == "joined":
             return 0 if rollout.node_object(required=False) else NOT_JOINED
         elif action == "begin":

@@ -14,7 +14,7 @@ from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
 from proxmox_gpu_cluster.guest.capacity_gate import GateTarget, NodeCapacityGate, NodeCapacityGates
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
-from proxmox_gpu_cluster.guest.mig_rollout import MigRollout
+from proxmox_gpu_cluster.guest.mig_rollout import MigRollout, MigVm
 from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 
@@ -57,12 +57,14 @@ def build_mig_rollouts(
     stack: GpuStack,
     bootstraps: dict[str, GuestBootstrap],
     *,
+    layer: ProxmoxLayer,
     secrets: Secrets,
     provider: command.Provider,
     opts: pulumi.ResourceOptions,
 ) -> dict[str, MigRollout]:
     """Per joined worker with a MIG geometry, when the operator's mig-manager applies it: drain before the label
-    changes, wait for it after (kubeadm joins, where the rollout settings apply)."""
+    changes, wait for it after (kubeadm joins, where the rollout settings apply). The restart and end steps come
+    with ``MigRollout.settle`` once the label patches exist; the VM restart runs on the worker's Proxmox node."""
     op = spec.gpu_operator
     if not op.enabled or spec.kubernetes.join_method != "kubeadm":
         return {}
@@ -71,6 +73,13 @@ def build_mig_rollouts(
         bootstrap, geometry = bootstraps.get(worker.name), stack.labels.get(worker.name, {}).get(MIG_LABEL)
         if bootstrap is None or geometry is None:
             continue
+        vm = MigVm(
+            vmid=worker.vmid,
+            host=spec.node(worker.node).ssh_address,
+            ssh_user=spec.proxmox.ssh_user,
+            guest_user=worker.ssh_user,
+            host_agent=layer.host_agents[worker.node],
+        )
         out[worker.name] = MigRollout(
             f"{prefix}-{worker.name}-mig",
             adapters.bootstrap(spec, worker),
@@ -83,6 +92,8 @@ def build_mig_rollouts(
             ssh_private_key=secrets.ssh_private_key,
             after=[bootstrap],
             replace_with=[bootstrap.final_step],
+            vm=vm,
+            settle_later=True,
             opts=opts,
         )
     return out

@@ -11,7 +11,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from proxmox_gpu_cluster.core.cluster_nodes import worker_node
 from proxmox_gpu_cluster.core.inventory import worker_gpus
+from proxmox_gpu_cluster.core.mig import mig_modes
 from proxmox_gpu_cluster.core.spec import MIN_KUBERNETES_MINOR, ClusterSpec, Worker
 from proxmox_gpu_cluster.core.spec_base import (
     DEFAULT_TOOLKIT_VERSION,
@@ -104,6 +106,11 @@ class GuestBootstrapSpec(SpecModel):
         "cluster's node-steps RBAC); None: change it in place.",
     )
     kubernetes_minor: int = Field(ge=MIN_KUBERNETES_MINOR, le=99, description="Kubernetes minor version (34).")
+    mig_modes: tuple[Annotated[str, Field(pattern=r"^[0-9]{1,2}=[01]$")], ...] = Field(
+        default=(),
+        description="MIG mode per MIG-capable GPU, ``INDEX=1|0`` (host driver mode): the driver step sets it before "
+        "the node joins, and the MIG rollout inside its slot (restarting the VM from Proxmox when it stays pending).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> GuestBootstrapSpec:
@@ -113,6 +120,8 @@ class GuestBootstrapSpec(SpecModel):
             raise ValueError("the host toolkit needs the host driver (driverMode host)")
         if self.cdi and not self.toolkit:
             raise ValueError("cdi generation needs the host toolkit")
+        if self.mig_modes and self.driver_mode != "host":
+            raise ValueError("migModes need the host driver (driverMode host; else mig-manager sets the mode)")
         return self
 
 
@@ -169,4 +178,6 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
         )
         if spec.kubernetes.join_method == "kubeadm"
         else None,
+        # Where mig-manager runs (the operator labels every MIG-capable node), the mode it will want.
+        mig_modes=mig_modes(worker_node(spec, worker)) if host_driver and op.enabled else (),
     )

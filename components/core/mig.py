@@ -8,8 +8,12 @@ NVIDIA's MIG User Guide lists per profile. Pure functions; nothing here imports 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from proxmox_gpu_cluster.core.catalog import GpuModel, MigProfile
+
+if TYPE_CHECKING:  # nodes.py imports this module
+    from proxmox_gpu_cluster.core.nodes import GpuNode
 
 
 def place(model: GpuModel, geometry: Mapping[str, int]) -> dict[str, list[int]] | None:
@@ -98,3 +102,14 @@ def geometry_problems(model: GpuModel, geometry: Mapping[str, int]) -> list[str]
             f"({model.mig.compute_slices} compute / {model.mig.memory_slices} memory slices)"
         )
     return problems
+
+
+def mig_modes(node: GpuNode) -> tuple[str, ...]:
+    """The MIG mode each MIG-capable GPU of a container node must run, as ``INDEX=1|0`` (the steps' ``--mig-mode``):
+    what mig-manager's config for the node's ``nvidia.com/mig.config`` says (render/sharing.py ``mig_config``): on
+    where the GPU gets MIG devices, off everywhere else (``all-disabled``)."""
+    if node.workload != "container":
+        return ()
+    gpus = [g for g in node.gpus if g.model.mig_capable]
+    mig = node.sharing == "mig" and any(g.mig_config is not None for g in gpus)
+    return tuple(f"{g.index}={int(mig and bool(g.mig_geometry))}" for g in gpus)

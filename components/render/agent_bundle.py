@@ -41,11 +41,11 @@ CACHE_ENV = "PGC_AGENT_CACHE"
 _CLUSTER = ("agent/cluster.py", "agent/kubeapi.py")  # cluster.py imports kubeapi.py from its directory
 GUEST_STEPS: dict[str, tuple[str, ...]] = {
     "cloud-init": ("guest_lib.sh", "guest_cloud_init.sh"),
-    "driver": ("guest_lib.sh", "guest_rollout.sh", "guest_driver.sh", *_CLUSTER),
+    "driver": ("guest_lib.sh", "guest_rollout.sh", "guest_mig_mode.sh", "guest_driver.sh", *_CLUSTER),
     "runtime": ("guest_lib.sh", "guest_runtime.sh"),
     "join": ("guest_lib.sh", "guest_join.sh"),
     "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", *_CLUSTER),
-    "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig.sh", *_CLUSTER),
+    "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig_mode.sh", "guest_mig.sh", *_CLUSTER),
     "capacity": ("guest_lib.sh", "guest_capacity.sh", "agent/capacity.py"),
     "drain": ("guest_lib.sh", "guest_drain.sh", *_CLUSTER),
 }
@@ -56,6 +56,7 @@ HOST_STEPS: dict[str, tuple[str, ...]] = {
     "host-verify": ("host_lib.sh", "host_verify.sh"),
     "large-bar": ("host_lib.sh", "large_bar.sh"),
     "retire": ("retire_vm.sh",),
+    "mig-restart": ("host_lib.sh", "mig_restart.sh"),
 }
 """The steps that run on a Proxmox node."""
 KINDS = {"guest": GUEST_STEPS, "host": HOST_STEPS}

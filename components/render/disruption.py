@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxmox_gpu_cluster.core.guest_spec import bootstrap_spec
 from proxmox_gpu_cluster.core.spec import ClusterSpec, ProxmoxNode
 from proxmox_gpu_cluster.render.host_scripts import kernel_args
 
@@ -93,7 +94,9 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
             "drainTimeoutSeconds": drain.timeout_seconds,
             "protected": [w.name for w in spec.workers if w.protect],
         },
-        "vmRestarts": "never by the provider: changes that need one stay pending until the VM is restarted",
+        "vmRestarts": "never by the provider: changes that need one stay pending until the VM is restarted (a MIG "
+        "mode change is the one exception: migModeRestarts)",
+        "migModeRestarts": mig_restarts(spec),
         "driverChangeReboots": spec.gpu_operator.driver_mode == "host"
         and any(w.workload == "container" for w in spec.workers),
         "rollingChanges": host_roll(spec),
@@ -114,6 +117,30 @@ def first_boot(spec: ClusterSpec) -> dict[str, dict[str, int]]:
         w.name: {"vmStarts": 1, "vmRestarts": 0, "guestReboots": 0 if w.workload == "container" else 1}
         for w in spec.workers
     }
+
+
+def mig_restart_workers(spec: ClusterSpec) -> list[str]:
+    """The workers whose MIG mode the stack sets (host driver, GPU Operator, kubeadm join): those the mig-restart
+    step may restart from Proxmox."""
+    if spec.kubernetes.join_method != "kubeadm" or not spec.gpu_operator.enabled:
+        return []
+    return [w.name for w in spec.workers if bootstrap_spec(spec, w).mig_modes]
+
+
+def mig_restarts(spec: ClusterSpec) -> dict[str, object] | None:
+    """The VM restarts a MIG mode change may cost: at most one per worker per change (and per first provisioning),
+    only when its guest reports a mode pending a GPU reset (the guest cannot reset a passed-through GPU)."""
+    workers = mig_restart_workers(spec)
+    if not workers:
+        return None
+    return {
+        "workers": workers,
+        "perChangeAtMost": 1,
+        "when": "the guest reports a GPU's MIG mode pending a reset",
+        "how": ["qm shutdown --forceStop 1", "qm start"],
+        "order": ["take slot", "cordon", "drain", "set MIG mode", "label", "restart VM if pending",
+                  "wait for mig-manager success", "uncordon", "release slot"],
+    }  # fmt: skip
 
 
 def host_roll(spec: ClusterSpec) -> dict[str, object] | None:
@@ -172,6 +199,16 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
         "VM settings that need a restart (cores, memory, GPUs, cloud-init) stay pending until you drain and restart "
         "the VM: the provider never restarts a worker"
     )
+    migs = mig_restart_workers(spec)
+    if migs:
+        lines.append(
+            f"MIG mode changes ({len(migs)} worker(s): {', '.join(migs)}): inside the node's rollout slot (cordoned, "
+            "drained) the guest sets the mode; after the label change the mig-restart step restarts the VM from "
+            "Proxmox (qm shutdown, qm start) only if the guest reports the mode pending a GPU reset: at most 1 VM "
+            f"restart per worker per change, so at most {len(migs)} VM restart(s) when every one changes; then "
+            "mig-manager's success, uncordon. A new worker's driver step sets the mode before the join (a mode left "
+            "pending costs that worker 1 VM restart before its GPUs are partitioned)"
+        )
     host = host_roll(spec)
     if host is not None:
         lines.append(

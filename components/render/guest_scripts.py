@@ -32,7 +32,12 @@ def mig_args(
 ) -> list[str]:
     """guest_mig.sh arguments for ``phase`` (begin or end) of a change to ``mig_config``."""
     args = ["--phase", phase, "--mig-config", mig_config, "--timeout", str(timeout_seconds)]
-    return [*args, "--operator-namespace", operator_namespace, *rollout_args(b)]
+    return [*args, "--operator-namespace", operator_namespace, *mig_mode_args(b), *rollout_args(b)]
+
+
+def mig_mode_args(b: GuestBootstrapSpec) -> list[str]:
+    """``--mig-mode INDEX=1|0`` per MIG-capable GPU (guest_mig_mode.sh), of the driver and MIG steps."""
+    return [arg for mode in b.mig_modes for arg in ("--mig-mode", mode)]
 
 
 def capacity_args(
@@ -59,7 +64,7 @@ def driver_args(b: GuestBootstrapSpec) -> list[str]:
     if b.driver_mode == "vfio":
         for vendor_device in sorted({g.vendor_device for g in b.gpus}):
             args += ["--vfio-id", vendor_device]
-    return args + rollout_args(b)
+    return args + mig_mode_args(b) + rollout_args(b)
 
 
 ROLLOUT_FLAGS = {

@@ -75,6 +75,13 @@ def retire_args(
     return [*args, "--check", "1" if check else "0", "--", *guest_args]
 
 
+def mig_restart_args(vmid: int, node_name: str, timeout: int, guest_step: str, guest_args: list[str]) -> list[str]:
+    """Arguments of mig_restart.sh: which VM, its node name, how long the guest agent may take to answer after the
+    restart, the guest's installed MIG step, then that step's arguments (``--phase restart``)."""
+    args = ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout), "--guest-step", guest_step]
+    return [*args, "--", *guest_args]
+
+
 def parse_groups(stdout: str) -> dict[str, int]:
     """PCI path -> IOMMU group from host_verify.sh's output."""
     return {m[1]: int(m[2]) for line in stdout.splitlines() if (m := VERIFY_LINE.match(line.strip()))}

@@ -23,7 +23,7 @@
 # of rebooting again (the verify step clears the marker once the node passed after that boot). The GRUB drop-in and
 # the modprobe files are regenerated into grub.cfg and the initramfs under markers set before the files change.
 # Prints "driver: ..." and finally "reboot: scheduled" (after "driver: reboot needed: expected <x>, saw <y>") or
-# "reboot: not-needed".
+# "reboot: not-needed". --mig-mode INDEX=1|0 (host mode): the MIG mode set before the join (guest_mig_mode.sh).
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="driver"
@@ -43,11 +43,12 @@ while (($#)); do
     shift
     continue
     ;;
-  *) rollout_arg "$1" "$2" || die "unknown argument $1" ;;
+  *) mig_mode_arg "$1" "$2" || rollout_arg "$1" "$2" || die "unknown argument $1" ;;
   esac
   shift 2
 done
 rollout_check_args
+((${#MIG_MODES[@]} == 0)) || [[ "$mode" == host ]] || fail "--mig-mode" "host driver mode (else mig-manager sets it)" "$mode"
 [[ "$mode" =~ ^(host|operator|vfio)$ ]] || fail "--mode" "host, operator or vfio" "'$mode'"
 for arg in "${kernel_args[@]}"; do
   [[ "$arg" =~ ^[a-z0-9_.-]+(=[A-Za-z0-9_.,:-]+)?$ ]] || fail "--kernel-arg" "key[=value]" "'$arg'"
@@ -390,6 +391,7 @@ main() {
   else
     unmark reboot.pending
     ((blacklist_changed)) && echo "blacklist: nouveau blacklisted; not loaded, no reboot needed"
+    mig_mode_apply
     echo "reboot: not-needed"
   fi
 }

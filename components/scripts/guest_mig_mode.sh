@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# MIG mode helpers of the driver and MIG steps (sent after guest_lib.sh). Never run alone.
+#
+# MIG mode is a per-GPU setting that only takes effect at a GPU reset (NVIDIA MIG User Guide, "Deployment
+# Considerations": "Setting MIG mode on the A100/A30 requires a GPU reset"; the mode then persists across reboots).
+# `nvidia-smi -i N -mig 1|0` sets the PENDING mode; the driver tries to reset the GPU at once, which fails while a
+# client holds it and, in a passthrough VM, often cannot happen at all: NVML then reports mig.mode.pending !=
+# mig.mode.current ("Warning: MIG mode is in pending enable state ... Reboot the system or try nvidia-smi
+# --gpu-reset") until the function is reset. `nvidia-smi --query-gpu=index,mig.mode.current,mig.mode.pending
+# --format=csv,noheader` reads both ("[N/A]" on a GPU without MIG). A guest reboot does not reliably reset a
+# passed-through GPU; a new QEMU process does (vfio-pci resets the function when the VM starts): the Proxmox-side
+# mig-restart step (mig_restart.sh) stops and starts the VM when the line below says so.
+#
+# The wanted modes come as `--mig-mode INDEX=1|0` (one per MIG-capable GPU, the guest's nvidia-smi index).
+# MIG_RESTART is 1 after mig_mode_report found a GPU whose mode waits for a reset.
+# Prints "mig-mode: GPU <i> <Enabled|Disabled> (current <x>, pending <y>)" per GPU and finally one machine-readable
+# line: "mig-restart: not-needed" or "mig-restart: needed (<why>)".
+set -euo pipefail
+
+MIG_MODES=() MIG_STATE="" MIG_CURRENT="" MIG_PENDING="" MIG_RESTART=0
+
+# mig_mode_arg <flag> <value>: consume one --mig-mode argument; returns 1 for any other flag.
+mig_mode_arg() {
+  [[ "$1" == --mig-mode ]] || return 1
+  [[ "$2" =~ ^[0-9]{1,2}=[01]$ ]] || fail "--mig-mode" "INDEX=1 or INDEX=0" "'$2'"
+  MIG_MODES+=("$2")
+}
+
+# mig_smi <nvidia-smi arguments...>: the host driver's nvidia-smi (the steps pass --mig-mode in host driver mode
+# only: with the operator's driver container, mig-manager sets the mode itself).
+mig_smi() {
+  nvidia-smi "$@"
+}
+
+# mig_mode_query: MIG_STATE = "<index> <current> <pending>" per GPU, from NVML. (Globals, not output: a failure
+# inside $(...) would print its line twice, once more from the ERR trap.)
+mig_mode_query() {
+  local out rc=0
+  out="$(mig_smi --query-gpu=index,mig.mode.current,mig.mode.pending --format=csv,noheader 2>&1)" || rc=$?
+  ((rc == 0)) || fail_output "$out" "nvidia-smi --query-gpu=mig.mode.current,mig.mode.pending" "the GPUs' MIG modes" "$rc"
+  MIG_STATE="${out//,/}"
+}
+
+# mig_word <0|1>: NVML's name of the mode.
+mig_word() {
+  if [[ "$1" == 1 ]]; then echo Enabled; else echo Disabled; fi
+}
+
+# mig_mode_of <index>: MIG_CURRENT and MIG_PENDING of that GPU in MIG_STATE; fails when it has no MIG.
+mig_mode_of() {
+  local index current pending
+  while read -r index current pending; do
+    if [[ "$index" == "$1" ]]; then
+      [[ "$current" =~ ^(Enabled|Disabled)$ ]] || fail "GPU $1" "a MIG-capable GPU (MIG mode Enabled or Disabled)" "$current"
+      MIG_CURRENT="$current" MIG_PENDING="$pending"
+      return 0
+    fi
+  done <<<"$MIG_STATE"
+  fail "GPU $1" "a GPU with nvidia-smi index $1" "indexes $(cut -d' ' -f1 <<<"$MIG_STATE" | paste -sd, - || true)"
+}
+
+# mig_mode_apply: set the pending mode of every GPU whose pending mode is not the wanted one (no call otherwise),
+# then report what runs now and the machine-readable mig-restart line. Decided from NVML on every run.
+mig_mode_apply() {
+  local pair index want out rc
+  ((${#MIG_MODES[@]})) || return 0
+  mig_mode_query
+  for pair in "${MIG_MODES[@]}"; do
+    index="${pair%=*}" want="$(mig_word "${pair#*=}")"
+    mig_mode_of "$index"
+    if [[ "$MIG_PENDING" != "$want" ]]; then
+      rc=0
+      out="$(mig_smi -i "$index" -mig "${pair#*=}" 2>&1)" || rc=$?
+      ((rc == 0)) || fail_output "$out" "nvidia-smi -i $index -mig ${pair#*=}" "MIG mode $want set" "$rc"
+      echo "changed: GPU $index MIG mode $want"
+    fi
+  done
+  mig_mode_report
+}
+
+# mig_mode_report: one line per GPU and the mig-restart line (changes nothing).
+mig_mode_report() {
+  local pair index want joined why=()
+  ((${#MIG_MODES[@]})) || return 0
+  mig_mode_query
+  for pair in "${MIG_MODES[@]}"; do
+    index="${pair%=*}" want="$(mig_word "${pair#*=}")"
+    mig_mode_of "$index"
+    echo "mig-mode: GPU $index $want (current $MIG_CURRENT, pending $MIG_PENDING)"
+    [[ "$MIG_CURRENT" == "$want" ]] || why+=("GPU $index MIG mode $MIG_CURRENT, $want pending a GPU reset")
+  done
+  MIG_RESTART=$((${#why[@]} > 0))
+  if ((MIG_RESTART)); then
+    printf -v joined '%s; ' "${why[@]}"
+    echo "mig-restart: needed (${joined%; })"
+  else
+    echo "mig-restart: not-needed"
+  fi
+}
+
+# mig_mode_due: some GPU does not run the wanted mode or has another one pending (changes nothing).
+mig_mode_due() {
+  local pair want
+  ((${#MIG_MODES[@]})) || return 1
+  mig_mode_query
+  for pair in "${MIG_MODES[@]}"; do
+    want="$(mig_word "${pair#*=}")"
+    mig_mode_of "${pair%=*}"
+    [[ "$MIG_CURRENT" == "$want" && "$MIG_PENDING" == "$want" ]] || return 0
+  done
+  return 1
+}

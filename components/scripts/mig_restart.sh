@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Restart a MIG worker's VM from Proxmox when its GPUs' new MIG mode waits for a GPU reset. Runs on the VM's Proxmox
+# node as root, after the node's nvidia.com/mig.config label changed, inside the node's rollout slot (the guest's
+# MIG begin step drained it and set the mode). Sent after host_lib.sh.
+#
+# Why from Proxmox: MIG mode takes effect only at a GPU reset (NVIDIA MIG User Guide); in a passthrough VM the guest
+# often cannot reset the GPU, and NVML reports the mode pending (mig.mode.pending != mig.mode.current). A reboot
+# inside the guest, which is what mig-manager's WITH_REBOOT does, keeps the same QEMU process; stopping the VM and
+# starting it again makes a new QEMU process, and vfio-pci resets the passed-through function when it opens it. Proxmox
+# documents `qm reboot` as the same ("Reboot the VM by shutting it down, and starting it again. Applies pending
+# changes."); the two steps are run here one by one so a run killed in between is finished by the next (marker).
+#
+# Decided from what the guest reports now: the guest's installed MIG step (--phase restart, through the QEMU guest
+# agent) prints "mig-restart: needed (...)" or "mig-restart: not-needed". A re-run after the restart finds the mode
+# applied and does nothing. The marker $STATE/mig-restart-<vmid> (written before the shutdown: "stopping", then
+# "started") lets a run that finds the VM stopped start it again, and a mode still pending after this step's own
+# restart fail instead of restarting again. Prints "mig-restart: VM <id> (<node>) restarted" or "... not restarted".
+#
+# Usage: mig_restart.sh --vmid N --node-name NAME --timeout SECONDS --guest-step PATH -- GUEST-ARGS...
+set -euo pipefail
+# shellcheck disable=SC2034 # read by fail() in host_lib.sh
+STEP="mig-restart"
+
+vmid="" node_name="" timeout="" guest_step="" guest_args=()
+while (($#)); do
+  case "$1" in
+  --vmid) vmid="$2" ;;
+  --node-name) node_name="$2" ;;
+  --timeout) timeout="$2" ;;
+  --guest-step) guest_step="$2" ;;
+  --)
+    shift
+    guest_args=("$@")
+    break
+    ;;
+  *) fail arguments "--vmid, --node-name, --timeout, --guest-step, then -- and the guest's arguments" "$1" ;;
+  esac
+  shift 2
+done
+
+# json_field <field>: a field of the JSON object on stdin (qm guest exec prints one); empty when absent.
+json_field() {
+  perl -MJSON::PP -e 'my $r = decode_json(do { local $/; <STDIN> }); my $v = $r->{$ARGV[0]};
+    print defined $v ? $v : ""' "$1"
+}
+
+# agent_up: wait (bounded by --timeout) until the VM's QEMU guest agent answers.
+agent_up() {
+  local waited=0
+  until timeout 30 qm guest cmd "$vmid" ping >/dev/null 2>&1; do
+    ((waited < timeout)) || fail "guest agent" "VM $vmid's QEMU guest agent answering within ${timeout}s" "no answer"
+    sleep 5
+    waited=$((waited + 5))
+  done
+}
+
+# guest_says: run the guest's MIG step (--phase restart); sets SAYS to its mig-restart line (its output is shown).
+guest_says() {
+  local result out err code
+  result="$(qm guest exec "$vmid" --timeout "$((timeout + 60))" -- bash "$guest_step" "${guest_args[@]}" 2>&1)" ||
+    fail "qm guest exec" "the guest's MIG step started in VM $vmid" "${result//$'\n'/ }"
+  out="$(json_field out-data <<<"$result")"
+  err="$(json_field err-data <<<"$result")"
+  [[ -z "$out" ]] || printf '%s\n' "$out"
+  [[ -z "$err" ]] || printf '%s\n' "$err" >&2
+  [[ "$(json_field exited <<<"$result")" == 1 ]] ||
+    fail "guest exec" "the guest's MIG step to finish within $((timeout + 60))s" "it still runs in VM $vmid"
+  code="$(json_field exitcode <<<"$result")"
+  [[ "$code" == 0 ]] || fail "guest" "exit code 0 from the MIG step in VM $vmid" "$code (its message is above)"
+  SAYS="$(grep -m 1 -oE '^mig-restart: (needed|not-needed)' <<<"$out" || true)"
+  [[ -n "$SAYS" ]] || fail "guest" "a mig-restart line from the MIG step in VM $vmid" "none"
+}
+
+main() {
+  [[ "$vmid" =~ ^[0-9]{3,9}$ ]] || fail "--vmid" "a VM id" "'$vmid'"
+  [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
+  [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
+  [[ "$guest_step" =~ ^/[A-Za-z0-9._/-]+/step\.sh$ && "$guest_step" != *..* ]] ||
+    fail "--guest-step" "the absolute path of the guest's installed MIG step" "'$guest_step'"
+  [[ "$(id -u)" == 0 ]] || fail "user" "root (qm is root-only)" "$(id -un)"
+  host_lock "mig-restart VM $vmid" # not while host prep or a large-BAR step changes this node or VM
+  local marker="$STATE/mig-restart-$vmid" was="" status key
+  # The marker counts for this change only (a marker a killed run left for another MIG mode means nothing now).
+  key="$(printf '%s\n' "${guest_args[@]}" | sha256sum | cut -c1-16)"
+  [[ ! -f "$marker" ]] || was="$(sed -n "s/ $key\$//p" "$marker")"
+  status="$(qm status "$vmid" 2>&1)" || fail "VM $vmid" "a VM on this node" "${status//$'\n'/ }"
+  if [[ "$status" != *"status: running"* ]]; then
+    # Stopped by this step (a run killed before its start): start it; stopped otherwise: not this step's to start.
+    [[ -n "$was" ]] || fail "VM $vmid ($node_name)" "running" "${status//$'\n'/ }"
+    put_file "$marker" "started $key"
+    qm start "$vmid" 9>&- # QEMU outlives the step: it must not hold the node's lock
+    was=started
+  fi
+  agent_up
+  guest_says
+  if [[ "$SAYS" == "mig-restart: not-needed" ]]; then
+    rm -f "$marker"
+    echo "mig-restart: VM $vmid ($node_name) not restarted: its GPUs run the wanted MIG mode"
+    return 0
+  fi
+  # Restarted by this step and still pending: another restart would not help.
+  [[ "$was" != started ]] || fail "VM $vmid ($node_name) after its restart" "the GPUs' MIG mode applied" \
+    "still pending (the VM's GPUs were not reset: check the hostpci devices and the host's reset support; remove ${marker#"$ROOT"} to let the next run restart it again)"
+  put_file "$marker" "stopping $key"
+  qm shutdown "$vmid" --timeout 300 --forceStop 1
+  put_file "$marker" "started $key"
+  qm start "$vmid" 9>&-
+  agent_up
+  guest_says
+  [[ "$SAYS" == "mig-restart: not-needed" ]] || fail "VM $vmid ($node_name) after its restart" \
+    "the GPUs' MIG mode applied" "still pending (the VM's GPUs were not reset: check the hostpci devices and the host's reset support; remove ${marker#"$ROOT"} to let the next run restart it again)"
+  rm -f "$marker"
+  echo "mig-restart: VM $vmid ($node_name) restarted: its GPUs' MIG mode applied"
+}
+
+main "$@" </dev/null

@@ -1,0 +1,122 @@
+"""MIG mode in a passthrough VM, faked: NVML (through ``nvidia-smi``) keeps a changed MIG mode pending until the
+VM is restarted from Proxmox; mig-manager reports failed while it cannot reset the GPU.
+
+- ``install_mig(guest, modes)``: the guest's ``nvidia-smi`` answers ``--query-gpu=index,mig.mode.current,
+  mig.mode.pending --format=csv,noheader`` ("0, Disabled, Enabled"; "[N/A]" for a GPU without MIG) and
+  ``-i N -mig 1|0``, which sets the pending mode; the current one follows at once only where the GPU can be reset
+  in the guest (``resettable``: "Enabled MIG Mode for GPU <bus>"), else nvidia-smi warns that the mode is pending
+  ("Warning: MIG mode is in pending enable state for GPU <bus>:Not Supported", "Reboot the system or try nvidia-smi
+  --gpu-reset ...") and exits 0, as it does. Any other call is the guest's usual nvidia-smi stub. The state is
+  ``fake-mig`` ("<index> <current> <pending>" lines); a guest reboot (``FakeGuest.reboot``) does not touch it.
+- ``install_vm(host, guest)``: ``qm`` on the Proxmox node for the guest's VM: ``status``, ``guest cmd ping``,
+  ``guest exec`` (as fakekube's ``install_qm``), ``shutdown`` (--forceStop) and ``start``. A start after a stop is a
+  new QEMU process: vfio resets the GPUs, so each pending mode becomes current (unless ``fake-no-reset`` exists on
+  the host: a GPU the reset does not reach), and the guest boots (a new boot id). ``restarts(host)`` counts them.
+- ``mig_manager(cluster, guest, node)``: one run of mig-manager's reconfigure-mig.sh (NVIDIA/mig-parted) for the
+  node's label, without WITH_REBOOT: success when every GPU's mode is current, failed when one is still pending.
+"""
+
+from __future__ import annotations
+
+from tests.components.scripts.fakeguest import FakeGuest
+from tests.components.scripts.fakeguest_tools import STUBS
+from tests.components.scripts.fakekube import FakeCluster
+from tests.components.scripts.fakeroot import FakeRoot
+
+_MIG_SMI = r"""R="$PGC_ROOT"; M="$R/fake-mig"
+if [ -f "$R/sys/module/nvidia/version" ] && [ -f "$M" ]; then
+  case "$*" in
+  "--query-gpu=index,mig.mode.current,mig.mode.pending --format=csv,noheader")
+    while read -r i c p; do echo "$i, $c, $p"; done < "$M"; exit 0 ;;
+  "-i "*" -mig "[01])
+    i="$2"; want=Disabled; word=disable; [ "$4" = 1 ] && want=Enabled && word=enable
+    line="$(grep "^$i " "$M")" || { echo "No devices were found"; exit 6; }
+    bus="00000000:0$((i + 1)):00.0"
+    set -- $line
+    if [ "$2" = "[N/A]" ]; then echo "Unable to $word MIG Mode for GPU $bus: Not Supported"; exit 3; fi
+    cur="$2"; [ -f "$R/fake-mig-resettable" ] && cur="$want"
+    awk -v i="$i" -v c="$cur" -v p="$want" '$1 == i { $2 = c; $3 = p } { print }' "$M" > "$M.n"; mv "$M.n" "$M"
+    if [ "$cur" = "$want" ]; then echo "$want MIG Mode for GPU $bus"
+    else echo "Warning: MIG mode is in pending $word state for GPU $bus:Not Supported"
+      echo "Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective on GPU $bus"; fi
+    echo "All done."; exit 0 ;;
+  esac
+fi
+"""
+
+_QM = r"""
+import json, os, subprocess, sys
+host, guest, guest_path = sys.argv[1], sys.argv[2], sys.argv[3]
+args = sys.argv[4:]
+status_file = os.path.join(host, "fake-vm-status")
+status = open(status_file).read().strip()
+if args[:1] == ["status"]:
+    sys.exit(print(f"status: {status}") or 0)
+if args[:1] == ["shutdown"]:
+    open(status_file, "w").write("stopped\n")
+    sys.exit(0)
+if args[:1] == ["start"]:
+    if status == "running":
+        sys.exit(print(f"VM {args[1]} already running", file=sys.stderr) or 255)
+    mig = os.path.join(guest, "fake-mig")
+    if os.path.exists(mig) and not os.path.exists(os.path.join(host, "fake-no-reset")):
+        rows = [line.split() for line in open(mig).read().splitlines()]
+        open(mig, "w").write("".join(f"{i} {p if c != '[N/A]' else c} {p}\n" for i, c, p in rows))
+    count = os.path.join(host, "fake-vm-restarts")
+    n = int(open(count).read()) if os.path.exists(count) else 0
+    open(count, "w").write(f"{n + 1}\n")
+    boot = os.path.join(guest, "proc/sys/kernel/random/boot_id")
+    open(boot, "w").write(f"00000000-0000-4000-8000-{n + 100:012d}\n")
+    open(status_file, "w").write("running\n")
+    sys.exit(0)
+if args[:2] == ["guest", "cmd"]:
+    sys.exit(0 if status == "running" else 255)
+if args[:2] == ["guest", "exec"]:
+    if status != "running":
+        sys.exit(print("VM is not running", file=sys.stderr) or 255)
+    command = [os.path.join(guest, a.lstrip("/")) if a.startswith(("/home/", "/root/")) else a
+               for a in args[args.index("--") + 1:]]
+    env = {"PATH": guest_path, "PGC_ROOT": guest, "LC_ALL": "C"}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    print(json.dumps({"exitcode": proc.returncode, "exited": 1, "out-data": proc.stdout, "err-data": proc.stderr}))
+    sys.exit(0)
+sys.exit(print("fake qm: unsupported " + " ".join(args), file=sys.stderr) or 2)
+"""
+
+
+def install_mig(guest: FakeGuest, modes: dict[int, str], *, resettable: bool = False) -> None:
+    """GPUs by nvidia-smi index with their MIG mode (``Enabled``, ``Disabled`` or ``[N/A]``), current = pending."""
+    guest.write("fake-mig", "".join(f"{i} {m} {m}\n" for i, m in sorted(modes.items())))
+    if resettable:
+        guest.write("fake-mig-resettable", "")
+    guest.stub_script("nvidia-smi", _MIG_SMI + STUBS["nvidia-smi"])
+
+
+def mig_state(guest: FakeRoot) -> dict[int, tuple[str, str]]:
+    """Index -> (current, pending)."""
+    rows = [line.split() for line in guest.read("fake-mig").splitlines()]
+    return {int(i): (c, p) for i, c, p in rows}
+
+
+def install_vm(host: FakeRoot, guest: FakeRoot, status: str = "running") -> None:
+    """``qm`` on ``host`` for the one VM that runs ``guest``, as root."""
+    (host.bin / "qm.py").write_text(_QM)
+    host.write("fake-vm-status", status + "\n")
+    guest_path = f"{guest.bin}:/usr/bin:/bin"
+    host.stub_script("qm", f'python3 "{host.bin}/qm.py" "{host.root}" "{guest.root}" "{guest_path}" "$@"')
+    host.stub_script("id", 'if [ "$1" = -u ]; then echo 0; else echo root; fi')
+    host.stub_script("sleep", ":")
+
+
+def restarts(host: FakeRoot) -> int:
+    """How many times the VM was started again after a stop."""
+    count = host.root / "fake-vm-restarts"
+    return int(count.read_text()) if count.exists() else 0
+
+
+def mig_manager(cluster: FakeCluster, guest: FakeRoot, node: str) -> str:
+    """One reconfigure run for the node's current label: the state it reports (also set on the node)."""
+    pending = any(c != p for c, p in mig_state(guest).values() if c != "[N/A]")
+    state = "failed" if pending else "success"
+    cluster.set_labels(node, **{"nvidia.com/mig.config.state": state})
+    return state
