@@ -23,7 +23,7 @@
 # of rebooting again (the verify step clears the marker once the node passed after that boot). The GRUB drop-in and
 # the modprobe files are regenerated into grub.cfg and the initramfs under markers set before the files change.
 # Prints "driver: ..." and finally "reboot: scheduled" (after "driver: reboot needed: expected <x>, saw <y>") or
-# "reboot: not-needed". --mig-mode INDEX=1|0 (host mode): the MIG mode set before the join (guest_mig_mode.sh).
+# "reboot: not-needed". --mig-mode INDEX=1|0 (host mode): the MIG mode, set before the join (guest_mig_mode.sh).
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="driver"
@@ -391,7 +391,7 @@ main() {
   else
     unmark reboot.pending
     ((blacklist_changed)) && echo "blacklist: nouveau blacklisted; not loaded, no reboot needed"
-    mig_mode_apply
+    [[ -f "$ROOT/etc/kubernetes/kubelet.conf" ]] || mig_mode_apply # joined: the MIG step, in its slot
     echo "reboot: not-needed"
   fi
 }

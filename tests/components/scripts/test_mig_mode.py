@@ -178,3 +178,14 @@ def test_a_new_worker_gets_its_mode_in_the_driver_step_before_the_join(tmp_path:
     assert line in first.stdout
     again = g.run_bundle("driver", *driver_args(B))
     assert again.returncode == 0 and not [c for c in again.calls if " -mig " in c]
+
+
+def test_a_joined_workers_driver_step_leaves_the_mode_to_the_mig_step(tmp_path: Path) -> None:
+    g = FakeGuest(tmp_path / "joined")
+    install_mig(g, {0: "Disabled"}, resettable=True)
+    assert g.run_bundle("driver", *driver_args(B)).returncode == 0 and mig_state(g)[0] == ("Enabled", "Enabled")
+    g.write("etc/kubernetes/kubelet.conf", kubelet_conf(NODE))  # joined: GPU pods may run now
+    off = B.model_copy(update={"mig_modes": ("0=0",)})
+    again = g.run_bundle("driver", *driver_args(off))
+    assert again.returncode == 0, again.stderr
+    assert not [c for c in again.calls if c.startswith("nvidia-smi")] and mig_state(g)[0] == ("Enabled", "Enabled")
