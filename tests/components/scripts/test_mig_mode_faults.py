@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxmox_gpu_cluster.render.agent_bundle import installed_step
-from proxmox_gpu_cluster.render.guest_scripts import mig_args
+from proxmox_gpu_cluster.render.guest_scripts import driver_args, mig_args
 from proxmox_gpu_cluster.render.host_scripts import mig_restart_args
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import FakeCluster, Pod, kubelet_conf
@@ -146,3 +146,46 @@ def test_a_restart_killed_once_the_vm_is_stopped_starts_it_next_time(tmp_path: P
     assert killed.returncode != 0 and chain.host.read("fake-vm-status").strip() == "stopped"
     assert converge(chain, 1) == [] and converge(probe, 2) == []
     assert chain.end_state() == probe.end_state() and chain.end_state()["restarts"] == 1
+
+
+@pytest.mark.slow
+def test_every_fault_in_the_driver_steps_mig_mode_converges(tmp_path: Path) -> None:
+    """The driver step of a new worker with --mig-mode, failed or killed at each command from its first MIG query
+    on (the commands before it are the driver harness's, tests/components/scripts/test_guest_fault_injection.py),
+    then run again: the mode ends pending as after an uninterrupted run, and a third run calls no nvidia-smi -mig."""
+
+    def fresh(name: str) -> FakeGuest:
+        g = FakeGuest(tmp_path / name)
+        install_mig(g, {0: "Disabled"})
+        return g
+
+    clean = fresh("clean")
+    calls = clean.run_bundle("driver", *driver_args(B)).calls
+    first = next(i for i, c in enumerate(calls, 1) if c.startswith("nvidia-smi --query-gpu"))
+    want = mig_state(clean)
+    assert want == {0: ("Disabled", "Enabled")}
+    points = converged = 0
+    bad: list[str] = []
+    for mode in FAULT_MODES:
+        for n in range(first, len(calls) + 1):
+            g = fresh(f"{mode}-{n}")
+            g.fault(n, mode)
+            g.run_bundle("driver", *driver_args(B))
+            hit = g.fault_hit()
+            g.fault(None)
+            if hit is None:
+                continue
+            points += 1
+            again, third = g.run_bundle("driver", *driver_args(B)), g.run_bundle("driver", *driver_args(B))
+            if (
+                again.returncode
+                or third.returncode
+                or mig_state(g) != want
+                or [c for c in third.calls if " -mig " in c]
+            ):
+                bad.append(f"{mode} at {n} ({hit}): {again.stderr.strip() or mig_state(g)}")
+            else:
+                converged += 1
+    report = f"driver (MIG mode part): {converged}/{points} injection points converged"
+    print(report)
+    assert points > 0 and not bad, report + "\n" + "\n".join(bad)
