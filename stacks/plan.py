@@ -155,8 +155,8 @@ REBOOTS = {
 
 
 def reboot_points(recording: Recording) -> dict[str, str]:
-    """Step -> what it may reboot, for every step of the plan that can."""
-    return {r.name: what for r in recording.resources for suffix, what in REBOOTS.items() if r.name.endswith(suffix)}
+    """Step -> what it may reboot, for every step of the plan that can, by name (registration order varies)."""
+    return dict(sorted((r.name, w) for r in recording.resources for s, w in REBOOTS.items() if r.name.endswith(s)))
 
 
 def render_text(
@@ -260,9 +260,8 @@ def plan(
     namespace: str | None = None,
     spec: ClusterSpec | EllipsisType | None = ...,
 ) -> tuple[Recording, list[WorkerCapacity]]:
-    """Validate the cluster spec (if the config has one under ``namespace``, default the project; ``spec``: the
-    caller's ``cluster_spec`` of it), then run ``main`` under mocks; ``get_pci`` answers from ``pci`` (node ->
-    device list) where given, else like the spec's hosts. InvalidStackConfig and IommuPreflightError propagate."""
+    """Validate the spec under ``namespace`` (default: the project) unless given as ``spec``; run ``main`` under
+    mocks, ``get_pci`` answers from ``pci`` or like the spec's hosts; InvalidStackConfig, IommuPreflightError raise."""
     spec = cluster_spec(document, namespace or project) if spec is ... else spec
     config, secret_keys = stack_config(document, namespace or project)
     # The program's own directory comes first on sys.path, as under `pulumi up`.
