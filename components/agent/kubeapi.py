@@ -166,6 +166,12 @@ def retire(kube: Kube, node: str, timeout: int, *, emptydir: bool, force: bool, 
         say(f"retire: {' '.join(argv[:2])}")
 
     if reset and present:
+        # Asked first (a SelfSubjectAccessReview, which every authenticated user may create): without the grant the
+        # delete below would fail after the kubelet stopped, leaving a drained node NotReady for nothing.
+        code, out, err = kube.call("auth", "can-i", "delete", f"node/{node}")
+        if out.strip() != "yes":
+            raise Failure("drain", f"kubectl auth can-i delete node/{node}", "yes (the cluster's node-steps RBAC)",
+                          (out or err).strip() or f"exit code {code}", err)  # fmt: skip
         run("systemctl", "stop", "kubelet")  # a running kubelet would register the deleted Node again
     if present:
         kube("delete", "node", node, "--ignore-not-found")

@@ -1,5 +1,4 @@
-"""A fake Kubernetes API for the node agent (cluster.py, kubeapi.py), and a fake ``qm`` that runs guest commands in a
-FakeGuest.
+"""A fake Kubernetes API for the node agent (cluster.py, kubeapi.py), and a fake ``qm`` running commands in a FakeGuest.
 
 ``FakeCluster`` keeps nodes, pods, labels, annotations and ConfigMaps (the rollout slots) in a JSON file, every
 request served under one file lock (so several guests can roll or drain at once against one cluster, and each request
@@ -15,7 +14,7 @@ semantics and kubectl's messages:
   ``uncordon`` (NotFound for a missing node);
 - ``get pods --all-namespaces --field-selector spec.nodeName=N -o json`` (owners, emptyDir volumes, phase);
 - ``create --raw /api/v1/namespaces/NS/pods/P/eviction -f -``: the pod goes, or 429 TooManyRequests when its
-  PodDisruptionBudget refuses (``Pod.pdb``); ``delete node``.
+  PodDisruptionBudget refuses (``Pod.pdb``); ``delete node``; ``auth can-i VERB RESOURCE/NAME`` (yes, or no and exit 1).
 
 Who asks is read from the ``--kubeconfig`` file (its mode is recorded): the cluster's admin kubeconfig may do
 anything; a kubelet credential (``kubelet_conf(node)``: user ``system:node:<node>``) is authorized as the real API
@@ -261,6 +260,13 @@ with open(state_path, "r+") as f:
             held = slots.pop(f"{namespace}/{args[2]}", None)
             event("release", (held or {}).get("data", {}).get("holder"))
             out.append(f'configmap "{args[2]}" deleted')
+        elif verb == "auth" and args[1] == "can-i":  # a SelfSubjectAccessReview: any authenticated user may ask
+            resource, _, name = args[3].partition("/")
+            try:
+                authorize(state, args[2], {"node": "nodes"}.get(resource, resource), name, namespace)
+                out.append("yes")
+            except Refused:
+                out, code = ["no"], 1
         elif args[1] in ("lease", "leases"):
             authorize(state, verb, "leases", args[2] if len(args) > 2 else "", namespace)
             out.append("fake kubectl: leases are not modelled beyond the node's refusal")
@@ -274,7 +280,7 @@ with open(state_path, "r+") as f:
     f.seek(0)
     f.truncate()
     json.dump(state, f)
-print("\n".join(out), file=sys.stderr if code else sys.stdout)
+print("\n".join(out), file=sys.stderr if code and verb != "auth" else sys.stdout)  # can-i says "no" on stdout
 sys.exit(code)
 """
 
