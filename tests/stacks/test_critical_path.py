@@ -30,12 +30,13 @@ def test_first_up_depth_is_the_same_for_4_and_50_workers() -> None:
     assert four == fifty == 18
     # the node agent's copy to the host, host prep, the worker's own mapping and VM, its large-BAR step, the agent's copy to the guest, the bootstrap, its MIG drain step (a no-op on
     # a first up), its labels, the operator, a capacity gate
-    assert (
-        chain[0].endswith("-host-prep-agent")
-        and chain[1].endswith("-host-prep-prep")
-        and chain[-1].endswith("-capacity-check")
+    # After the labels, two paths are equally long: the operator and a capacity gate, or a MIG worker's VM restart
+    # step (issue 24 part 3: a no-op on a first up unless a MIG mode stays pending) and its MIG end step.
+    assert chain[0].endswith("-host-prep-agent") and chain[1].endswith("-host-prep-prep")
+    assert chain[-3].startswith("cluster-gpu-nodes-")
+    assert (chain[-2:] == ["cluster-gpu-operator-release", chain[-1]] and chain[-1].endswith("-capacity-check")) or (
+        chain[-2].endswith("-mig-restart") and chain[-1].endswith("-mig-end")
     )
-    assert "cluster-gpu-operator-release" in chain
 
 
 def test_the_plan_text_prints_it(tmp_path: Path) -> None:
