@@ -74,3 +74,7 @@ def test_the_plan_names_every_reboot_point() -> None:
     ]
     assert "cluster-pve0-host-prep-prep" in points
     assert sorted(n for n in points if n.endswith("-large-bar")) == ["cluster-w1-large-bar", "cluster-w3-large-bar"]
+    assert sorted(n for n in points if n.endswith("-mig-restart")) == [
+        "cluster-w1-mig-restart",
+        "cluster-w3-mig-restart",
+    ]
