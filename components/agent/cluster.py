@@ -270,8 +270,9 @@ def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str,
 def restarting(rollout: Rollout, state: str, wanted: str) -> None:
     """Before the VM restart that applies a pending MIG mode: mig-manager's state label now is a report from before
     the reset (failed or rebooting: it could not reset the GPU either; pending: still trying), so the end step waits
-    for its next one. A success of all-disabled stays valid (mig-manager finds nothing to change after the restart
-    and reports no new state)."""
+    for its next one: mig-manager runs its reconfigure script for the node's label at every start (its informer's
+    AddFunc; NVIDIA/mig-parted deployments/gpu-operator/main.go), so after the boot it reports again. A success of
+    all-disabled stays valid (mig-manager finds nothing to change after the restart and reports no new state)."""
     if state == "success" and wanted == "all-disabled":
         return say(f"mig: {rollout.node}: restarting for the MIG mode; mig-manager's success stays valid")
     rollout.kube("annotate", "node", rollout.node, "--overwrite", f"{RESTARTED}={state or 'none'}")
