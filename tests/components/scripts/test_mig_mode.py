@@ -72,7 +72,9 @@ def phase(guest: FakeGuest, name: str, timeout: int = 5) -> Result:
 
 def restart(host: FakeRoot) -> Result:
     guest_args = mig_args(B, "restart", NEW, 5, "gpu-operator")
-    return host.run_bundle("mig-restart", *mig_restart_args(VMID, NODE, 30, installed_step("ubuntu", "mig"), guest_args))
+    return host.run_bundle(
+        "mig-restart", *mig_restart_args(VMID, NODE, 30, installed_step("ubuntu", "mig"), guest_args)
+    )
 
 
 def label_patch(cluster: FakeCluster, guest: FakeGuest) -> None:
@@ -99,7 +101,8 @@ def test_a_mode_change_restarts_the_vm_once_from_proxmox_and_waits_for_mig_manag
     assert f"mig-restart: VM {VMID} ({NODE}) restarted: its GPUs' MIG mode applied" in first.stdout
     assert restarts(host) == 1 and mig_state(guest)[0] == ("Enabled", "Enabled")
     assert [c for c in first.calls if c.split()[1] in ("shutdown", "start")] == [
-        f"qm shutdown {VMID} --timeout 300 --forceStop 1", f"qm start {VMID}"
+        f"qm shutdown {VMID} --timeout 300 --forceStop 1",
+        f"qm start {VMID}",
     ]
     assert cluster.state()["annotations"][NODE][RESTARTED] == "failed"  # mig-manager's report from before
     # The stale "failed" does not fail the end step: it waits for mig-manager's run after the boot.
