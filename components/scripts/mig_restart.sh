@@ -54,18 +54,26 @@ agent_up() {
   done
 }
 
-# guest_says: run the guest's MIG step (--phase restart); sets SAYS to its mig-restart line (its output is shown).
+# guest_says [retry seconds]: run the guest's MIG step (--phase restart); sets SAYS to its mig-restart line (its
+# output is shown). Right after a start the guest may not reach the API server yet: a step that fails is run again
+# every 10 s within the retry time (0: fail at once).
 guest_says() {
-  local result out err code
-  result="$(qm guest exec "$vmid" --timeout "$((timeout + 60))" -- bash "$guest_step" "${guest_args[@]}" 2>&1)" ||
-    fail "qm guest exec" "the guest's MIG step started in VM $vmid" "${result//$'\n'/ }"
-  out="$(json_field out-data <<<"$result")"
-  err="$(json_field err-data <<<"$result")"
-  [[ -z "$out" ]] || printf '%s\n' "$out"
-  [[ -z "$err" ]] || printf '%s\n' "$err" >&2
-  [[ "$(json_field exited <<<"$result")" == 1 ]] ||
-    fail "guest exec" "the guest's MIG step to finish within $((timeout + 60))s" "it still runs in VM $vmid"
-  code="$(json_field exitcode <<<"$result")"
+  local retry="${1:-0}" waited=0 result out err code
+  while :; do
+    result="$(qm guest exec "$vmid" --timeout "$((timeout + 60))" -- bash "$guest_step" "${guest_args[@]}" 2>&1)" ||
+      fail "qm guest exec" "the guest's MIG step started in VM $vmid" "${result//$'\n'/ }"
+    out="$(json_field out-data <<<"$result")"
+    err="$(json_field err-data <<<"$result")"
+    [[ -z "$out" ]] || printf '%s\n' "$out"
+    [[ -z "$err" ]] || printf '%s\n' "$err" >&2
+    [[ "$(json_field exited <<<"$result")" == 1 ]] ||
+      fail "guest exec" "the guest's MIG step to finish within $((timeout + 60))s" "it still runs in VM $vmid"
+    code="$(json_field exitcode <<<"$result")"
+    [[ "$code" != 0 && waited -lt retry ]] || break
+    echo "mig-restart: the guest's MIG step failed (exit $code) right after the start; trying again in 10 s" >&2
+    sleep 10
+    waited=$((waited + 10))
+  done
   [[ "$code" == 0 ]] || fail "guest" "exit code 0 from the MIG step in VM $vmid" "$code (its message is above)"
   SAYS="$(grep -m 1 -oE '^mig-restart: (needed|not-needed)' <<<"$out" || true)"
   [[ -n "$SAYS" ]] || fail "guest" "a mig-restart line from the MIG step in VM $vmid" "none"
@@ -92,7 +100,7 @@ main() {
     was=started
   fi
   agent_up
-  guest_says
+  guest_says "$([[ "$was" == started ]] && echo "$timeout" || echo 0)"
   if [[ "$SAYS" == "mig-restart: not-needed" ]]; then
     rm -f "$marker"
     echo "mig-restart: VM $vmid ($node_name) not restarted: its GPUs run the wanted MIG mode"
@@ -106,7 +114,7 @@ main() {
   put_file "$marker" "started $key"
   qm start "$vmid" 9>&-
   agent_up
-  guest_says
+  guest_says "$timeout"
   [[ "$SAYS" == "mig-restart: not-needed" ]] || fail "VM $vmid ($node_name) after its restart" \
     "the GPUs' MIG mode applied" "still pending (the VM's GPUs were not reset: check the hostpci devices and the host's reset support; remove ${marker#"$ROOT"} to let the next run restart it again)"
   rm -f "$marker"

@@ -11,7 +11,8 @@ VM is restarted from Proxmox; mig-manager reports failed while it cannot reset t
 - ``install_vm(host, guest)``: ``qm`` on the Proxmox node for the guest's VM: ``status``, ``guest cmd ping``,
   ``guest exec`` (as fakekube's ``install_qm``), ``shutdown`` (--forceStop) and ``start``. A start after a stop is a
   new QEMU process: vfio resets the GPUs, so each pending mode becomes current (unless ``fake-no-reset`` exists on
-  the host: a GPU the reset does not reach), and the guest boots (a new boot id). ``restarts(host)`` counts them.
+  the host: a GPU the reset does not reach), and the guest boots (a new boot id). ``restarts(host)`` counts them;
+  ``api_down_after_boot`` makes the API server unreachable from the guest until the host's next ``sleep``.
 - ``mig_manager(cluster, guest, node)``: one run of mig-manager's reconfigure-mig.sh (NVIDIA/mig-parted) for the
   node's label, without WITH_REBOOT: success when every GPU's mode is current, failed when one is still pending.
 """
@@ -44,7 +45,21 @@ if [ -f "$R/sys/module/nvidia/version" ] && [ -f "$M" ]; then
 fi
 """
 
-_QM = r"""
+_API = r"""
+import fcntl, json
+def set_api_down(path, down):
+    with open(path, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        state = json.load(f)
+        state["api_down"] = down
+        f.seek(0)
+        f.truncate()
+        json.dump(state, f)
+"""
+
+_QM = (
+    _API
+    + r"""
 import json, os, subprocess, sys
 host, guest, guest_path = sys.argv[1], sys.argv[2], sys.argv[3]
 args = sys.argv[4:]
@@ -68,6 +83,9 @@ if args[:1] == ["start"]:
     boot = os.path.join(guest, "proc/sys/kernel/random/boot_id")
     open(boot, "w").write(f"00000000-0000-4000-8000-{n + 100:012d}\n")
     open(status_file, "w").write("running\n")
+    hook = os.path.join(host, "fake-boot-api-down")
+    if os.path.exists(hook):  # the guest reaches no API server for a while after its boot
+        set_api_down(open(hook).read().strip(), True)
     sys.exit(0)
 if args[:2] == ["guest", "cmd"]:
     sys.exit(0 if status == "running" else 255)
@@ -82,6 +100,7 @@ if args[:2] == ["guest", "exec"]:
     sys.exit(0)
 sys.exit(print("fake qm: unsupported " + " ".join(args), file=sys.stderr) or 2)
 """
+)
 
 
 def install_mig(guest: FakeGuest, modes: dict[int, str], *, resettable: bool = False) -> None:
@@ -106,6 +125,14 @@ def install_vm(host: FakeRoot, guest: FakeRoot, status: str = "running") -> None
     host.stub_script("qm", f'python3 "{host.bin}/qm.py" "{host.root}" "{guest.root}" "{guest_path}" "$@"')
     host.stub_script("id", 'if [ "$1" = -u ]; then echo 0; else echo root; fi')
     host.stub_script("sleep", ":")
+
+
+def api_down_after_boot(host: FakeRoot, cluster: FakeCluster) -> None:
+    """After each VM start the guest reaches no API server until the host's next ``sleep`` (the network coming up
+    while the step waits to try again)."""
+    host.write("fake-boot-api-down", str(cluster.path))
+    (host.bin / "api.py").write_text(_API + f"\nset_api_down({str(cluster.path)!r}, False)\n")
+    host.stub_script("sleep", f'python3 "{host.bin}/api.py"')
 
 
 def restarts(host: FakeRoot) -> int:

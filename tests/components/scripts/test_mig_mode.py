@@ -16,7 +16,14 @@ from proxmox_gpu_cluster.render.guest_scripts import driver_args, mig_args
 from proxmox_gpu_cluster.render.host_scripts import mig_restart_args
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import FakeCluster, Pod, kubelet_conf
-from tests.components.scripts.fakemig import install_mig, install_vm, mig_manager, mig_state, restarts
+from tests.components.scripts.fakemig import (
+    api_down_after_boot,
+    install_mig,
+    install_vm,
+    mig_manager,
+    mig_state,
+    restarts,
+)
 from tests.components.scripts.fakeroot import FakeRoot, Result
 from tests.components.scripts.test_rollout import held
 from tests.support import external
@@ -192,3 +199,15 @@ def test_a_joined_workers_driver_step_leaves_the_mode_to_the_mig_step(tmp_path: 
     again = g.run_bundle("driver", *driver_args(off))
     assert again.returncode == 0, again.stderr
     assert not [c for c in again.calls if c.startswith("nvidia-smi")] and mig_state(g)[0] == ("Enabled", "Enabled")
+
+
+def test_a_guest_that_cannot_reach_the_api_server_right_after_its_start_is_asked_again(
+    guest: FakeGuest, host: FakeRoot, cluster: FakeCluster
+) -> None:
+    assert phase(guest, "begin").returncode == 0
+    label_patch(cluster, guest)
+    api_down_after_boot(host, cluster)
+    done = restart(host)
+    assert done.returncode == 0, done.stderr
+    assert "the guest's MIG step failed (exit 1) right after the start; trying again in 10 s" in done.stderr
+    assert "restarted: its GPUs' MIG mode applied" in done.stdout and restarts(host) == 1
