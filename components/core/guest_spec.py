@@ -108,8 +108,8 @@ class GuestBootstrapSpec(SpecModel):
     kubernetes_minor: int = Field(ge=MIN_KUBERNETES_MINOR, le=99, description="Kubernetes minor version (34).")
     mig_modes: tuple[Annotated[str, Field(pattern=r"^[0-9]{1,2}=[01]$")], ...] = Field(
         default=(),
-        description="MIG mode per MIG-capable GPU, ``INDEX=1|0`` (host driver mode): the driver step sets it before "
-        "the node joins, and the MIG rollout inside its slot (restarting the VM from Proxmox when it stays pending).",
+        description="MIG mode per MIG-capable GPU, ``INDEX=1|0``: the driver step sets it before the node joins (host "
+        "driver mode), and the MIG rollout inside its slot (restarting the VM from Proxmox when it stays pending).",
     )
 
     @model_validator(mode="after")
@@ -120,8 +120,8 @@ class GuestBootstrapSpec(SpecModel):
             raise ValueError("the host toolkit needs the host driver (driverMode host)")
         if self.cdi and not self.toolkit:
             raise ValueError("cdi generation needs the host toolkit")
-        if self.mig_modes and self.driver_mode != "host":
-            raise ValueError("migModes need the host driver (driverMode host; else mig-manager sets the mode)")
+        if self.mig_modes and self.driver_mode == "vfio":
+            raise ValueError("migModes need an NVIDIA driver in the guest (driverMode host or operator)")
         return self
 
 
@@ -179,5 +179,5 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
         if spec.kubernetes.join_method == "kubeadm"
         else None,
         # Where mig-manager runs (the operator labels every MIG-capable node), the mode it will want.
-        mig_modes=mig_modes(worker_node(spec, worker)) if host_driver and op.enabled else (),
+        mig_modes=mig_modes(worker_node(spec, worker)) if op.enabled else (),
     )

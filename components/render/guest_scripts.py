@@ -64,7 +64,8 @@ def driver_args(b: GuestBootstrapSpec) -> list[str]:
     if b.driver_mode == "vfio":
         for vendor_device in sorted({g.vendor_device for g in b.gpus}):
             args += ["--vfio-id", vendor_device]
-    return args + mig_mode_args(b) + rollout_args(b)
+    # The operator's driver container runs only after the join: there mig-manager and the MIG steps set the mode.
+    return args + (mig_mode_args(b) if b.driver_mode == "host" else []) + rollout_args(b)
 
 
 ROLLOUT_FLAGS = {

@@ -58,6 +58,10 @@ main() {
     [[ "$phase" != restart ]] || echo "mig-restart: not-needed"
     return 0
   fi
+  if ((${#MIG_MODES[@]})) && ! mig_driver; then
+    echo "mig: no NVIDIA driver runs on $ROLLOUT_NODE yet (the operator's driver container): mig-manager sets the MIG mode"
+    MIG_MODES=()
+  fi
   case "$phase" in
   begin)
     ! mig_mode_due || due=1
@@ -65,6 +69,7 @@ main() {
     mig_mode_apply
     ;;
   restart)
+    ((${#MIG_MODES[@]})) || echo "mig-restart: not-needed"
     mig_mode_apply
     if ((MIG_RESTART)); then
       mig_agent --phase restart

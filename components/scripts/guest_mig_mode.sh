@@ -11,7 +11,8 @@
 # passed-through GPU; a new QEMU process does (vfio-pci resets the function when the VM starts): the Proxmox-side
 # mig-restart step (mig_restart.sh) stops and starts the VM when the line below says so.
 #
-# The wanted modes come as `--mig-mode INDEX=1|0` (one per MIG-capable GPU, the guest's nvidia-smi index).
+# The wanted modes come as `--mig-mode INDEX=1|0` (one per MIG-capable GPU, the guest's nvidia-smi index): to the
+# driver step in host driver mode, and to the MIG steps in host and operator driver modes.
 # MIG_RESTART is 1 after mig_mode_report found a GPU whose mode waits for a reset.
 # Prints "mig-mode: GPU <i> <Enabled|Disabled> (current <x>, pending <y>)" per GPU and finally one machine-readable
 # line: "mig-restart: not-needed" or "mig-restart: needed (<why>)".
@@ -26,10 +27,23 @@ mig_mode_arg() {
   MIG_MODES+=("$2")
 }
 
-# mig_smi <nvidia-smi arguments...>: the host driver's nvidia-smi (the steps pass --mig-mode in host driver mode
-# only: with the operator's driver container, mig-manager sets the mode itself).
+# MIG_DRIVER_ROOT: where the GPU Operator's driver container shows its root file system on the node (its
+# driver.root, /run/nvidia/driver); its nvidia-smi runs there with chroot, as the operator's own tools do.
+MIG_DRIVER_ROOT="/run/nvidia/driver"
+
+# mig_driver: an NVIDIA driver runs that nvidia-smi can reach: the host driver's, or the operator's container's (not
+# yet on a first provisioning in operator mode, where mig-manager sets the mode once the container runs).
+mig_driver() {
+  command -v nvidia-smi >/dev/null || [[ -x "$ROOT$MIG_DRIVER_ROOT/usr/bin/nvidia-smi" ]]
+}
+
+# mig_smi <nvidia-smi arguments...>: the host driver's nvidia-smi, else the driver container's.
 mig_smi() {
-  nvidia-smi "$@"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi "$@"
+  else
+    chroot "$ROOT$MIG_DRIVER_ROOT" nvidia-smi "$@"
+  fi
 }
 
 # mig_mode_query: MIG_STATE = "<index> <current> <pending>" per GPU, from NVML. (Globals, not output: a failure

@@ -32,7 +32,7 @@ def test_each_mig_capable_gpu_gets_the_mode_of_its_mig_manager_config() -> None:
     assert mig_modes(worker_node(spec, spec.workers[0])) == ("0=0",)  # all-disabled: MIG off on the A100
 
 
-def test_only_host_driver_workers_under_the_operator_get_modes_in_their_driver_step() -> None:
+def test_only_host_driver_workers_get_modes_in_their_driver_step() -> None:
     spec = load_spec(host_mode())
     mig1 = bootstrap_spec(spec, spec.workers[0])
     args = driver_args(mig1)
@@ -40,8 +40,9 @@ def test_only_host_driver_workers_under_the_operator_get_modes_in_their_driver_s
         "--mig-mode",
         "0=1",
     ]
-    operator = load_spec(host_mode("operator"))  # the operator's driver container: mig-manager sets the mode itself
-    assert all(not bootstrap_spec(operator, w).mig_modes for w in operator.workers)
+    operator = load_spec(host_mode("operator"))  # the driver container runs after the join: not in the driver step
+    mig1 = bootstrap_spec(operator, operator.workers[0])
+    assert mig1.mig_modes == ("0=1",) and "--mig-mode" not in driver_args(mig1)
 
 
 def test_the_restart_step_runs_on_the_vms_node_between_the_label_patch_and_the_end() -> None:
@@ -66,6 +67,7 @@ def test_the_disruption_section_counts_the_vm_restarts_of_mig_mode_changes() -> 
     line = next(x for x in disruption_lines(spec) if x.startswith("MIG mode changes"))
     assert "(2 worker(s): mig-1, mig-2)" in line and "at most 2 VM restart(s) when every one changes" in line
     assert "only if the guest reports the mode pending a GPU reset" in line
-    operator = load_spec(host_mode("operator"))
-    assert disruption(operator)["migModeRestarts"] is None
-    assert not any(x.startswith("MIG mode changes") for x in disruption_lines(operator))
+    elsewhere = host_mode()
+    elsewhere["kubernetes"]["joinMethod"] = "none"  # no rollout: nothing restarts the VMs
+    assert disruption(load_spec(elsewhere))["migModeRestarts"] is None
+    assert not any(x.startswith("MIG mode changes") for x in disruption_lines(load_spec(elsewhere)))

@@ -8,6 +8,7 @@ VM is restarted from Proxmox; mig-manager reports failed while it cannot reset t
   ("Warning: MIG mode is in pending enable state for GPU <bus>:Not Supported", "Reboot the system or try nvidia-smi
   --gpu-reset ...") and exits 0, as it does. Any other call is the guest's usual nvidia-smi stub. The state is
   ``fake-mig`` ("<index> <current> <pending>" lines); a guest reboot (``FakeGuest.reboot``) does not touch it.
+- ``operator_driver(guest)``: the same nvidia-smi, only inside the operator's driver root (``chroot``).
 - ``install_vm(host, guest)``: ``qm`` on the Proxmox node for the guest's VM: ``status``, ``guest cmd ping``,
   ``guest exec`` (as fakekube's ``install_qm``), ``shutdown`` (--forceStop) and ``start``. A start after a stop is a
   new QEMU process: vfio resets the GPUs, so each pending mode becomes current (unless ``fake-no-reset`` exists on
@@ -109,6 +110,18 @@ def install_mig(guest: FakeGuest, modes: dict[int, str], *, resettable: bool = F
     if resettable:
         guest.write("fake-mig-resettable", "")
     guest.stub_script("nvidia-smi", _MIG_SMI + STUBS["nvidia-smi"])
+
+
+def operator_driver(guest: FakeGuest) -> None:
+    """The GPU Operator's driver container instead of a host driver: no nvidia-smi on the guest's PATH; the
+    container's root at /run/nvidia/driver holds it, reached with ``chroot`` (faked: runs ``<root>/usr/bin/<cmd>``)."""
+    stub = guest.bin / "nvidia-smi"
+    target = guest.root / "run/nvidia/driver/usr/bin/nvidia-smi"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(stub.read_text())
+    target.chmod(0o755)
+    stub.unlink()
+    guest.stub_script("chroot", 'd="$1"; shift; c="$1"; shift; "$d/usr/bin/$c" "$@"')
 
 
 def mig_state(guest: FakeRoot) -> dict[int, tuple[str, str]]:

@@ -22,6 +22,7 @@ from tests.components.scripts.fakemig import (
     install_vm,
     mig_manager,
     mig_state,
+    operator_driver,
     restarts,
 )
 from tests.components.scripts.fakeroot import FakeRoot, Result
@@ -211,3 +212,25 @@ def test_a_guest_that_cannot_reach_the_api_server_right_after_its_start_is_asked
     assert done.returncode == 0, done.stderr
     assert "the guest's MIG step failed (exit 1) right after the start; trying again in 10 s" in done.stderr
     assert "restarted: its GPUs' MIG mode applied" in done.stdout and restarts(host) == 1
+
+
+def test_in_operator_mode_the_driver_containers_nvidia_smi_is_used_and_a_node_without_one_waits_for_mig_manager(
+    guest: FakeGuest, host: FakeRoot, cluster: FakeCluster
+) -> None:
+    operator_driver(guest)
+    assert "--mig-mode" not in driver_args(B.model_copy(update={"driver_mode": "operator", "toolkit": False}))
+    begin = phase(guest, "begin")
+    assert begin.returncode == 0, begin.stderr
+    assert f"chroot {guest.root}/run/nvidia/driver nvidia-smi -i 0 -mig 1" in begin.calls
+    label_patch(cluster, guest)
+    assert restart(host).returncode == 0 and restarts(host) == 1
+    assert mig_manager(cluster, guest, NODE) == "success" and phase(guest, "end").returncode == 0
+    # A first provisioning: the operator's driver container does not run yet.
+    (guest.root / "run/nvidia/driver/usr/bin/nvidia-smi").unlink()
+    cluster.set_labels(NODE, **{"nvidia.com/mig.config": ""})  # no geometry yet: nothing drained
+    begin = phase(guest, "begin")
+    assert (
+        begin.returncode == 0 and "mig-manager sets the MIG mode" in begin.stdout and "nothing to drain" in begin.stdout
+    )
+    done = restart(host)
+    assert done.returncode == 0 and "not restarted" in done.stdout and restarts(host) == 1
