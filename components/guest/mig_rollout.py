@@ -82,7 +82,7 @@ class MigRollout(pulumi.ComponentResource):
         """``bootstrap``: the node's bootstrap spec (its name, API endpoint and ``rollout`` settings). ``after``:
         what must be done first (the node's bootstrap). ``replace_with``: what makes a fresh machine (the VM).
         ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key. ``vm``: the
-        worker's VM, for the restart step (host driver mode with MIG modes). ``settle_later``: create only the begin
+        worker's VM, for the restart step (a worker with MIG modes). ``settle_later``: create only the begin
         step now; the caller calls ``settle`` with the label patch."""
         super().__init__("proxmox-gpu-cluster:mig_rollout:MigRollout", name, None, opts)
         if bootstrap.rollout is None:

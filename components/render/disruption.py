@@ -120,8 +120,8 @@ def first_boot(spec: ClusterSpec) -> dict[str, dict[str, int]]:
 
 
 def mig_restart_workers(spec: ClusterSpec) -> list[str]:
-    """The workers whose MIG mode the stack sets (host driver, GPU Operator, kubeadm join): those the mig-restart
-    step may restart from Proxmox."""
+    """The workers whose MIG mode the stack sets (container workers with MIG-capable GPUs, GPU Operator, kubeadm
+    join): those the mig-restart step may restart from Proxmox."""
     if spec.kubernetes.join_method != "kubeadm" or not spec.gpu_operator.enabled:
         return []
     return [w.name for w in spec.workers if bootstrap_spec(spec, w).mig_modes]
@@ -206,8 +206,9 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
             "drained) the guest sets the mode; after the label change the mig-restart step restarts the VM from "
             "Proxmox (qm shutdown, qm start) only if the guest reports the mode pending a GPU reset: at most 1 VM "
             f"restart per worker per change, so at most {len(migs)} VM restart(s) when every one changes; then "
-            "mig-manager's success, uncordon. A new worker's driver step sets the mode before the join (a mode left "
-            "pending costs that worker 1 VM restart before its GPUs are partitioned)"
+            "mig-manager's success, uncordon. A new worker's driver step sets the mode before the join in host driver "
+            "mode (a mode left pending costs that worker 1 VM restart before its GPUs are partitioned); in operator "
+            "driver mode a new worker's mode is mig-manager's alone"
         )
     host = host_roll(spec)
     if host is not None:
