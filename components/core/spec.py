@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, model_validator
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.errors import Problem, SpecError, SpecViolations
@@ -35,6 +35,7 @@ from proxmox_gpu_cluster.core.spec_base import (
     Text,
     ToolkitVersion,
     VgpuType,
+    camel_alias,
     check_pci_path,
     check_proxmox_endpoint,
     check_vendor_device,
@@ -223,7 +224,6 @@ class KubernetesSpec(SpecModel):
     """The Kubernetes cluster workers join."""
 
     api_endpoint: ApiEndpoint = Field(description="API server host:port used by kubeadm join.")
-
     version: str = Field(pattern=r"^1\.[0-9]{2}$", description="Kubernetes minor version, e.g. ``1.34``.")
     join_method: Literal["kubeadm", "none"] = Field(
         default="kubeadm", description="kubeadm joins the VMs; none leaves joining to you."
@@ -332,12 +332,12 @@ class KubeVirtNode(SpecModel):
 class KubeVirtSpec(SpecModel):
     """KubeVirt integration for VM workloads (KubeVirt itself is installed separately)."""
 
+    model_config = ConfigDict(alias_generator=camel_alias(patch_kubevirt="patchKubeVirt"))
     enabled: bool = Field(default=False, description="Configure KubeVirt to use the GPUs.")
     name: Name = Field(default="kubevirt", description="Name of the KubeVirt custom resource.")
     namespace: Name = Field(default="kubevirt", description="Namespace of the KubeVirt custom resource.")
     patch_kubevirt: bool = Field(
         default=True,
-        alias="patchKubeVirt",
         description="Patch the KubeVirt CR's permittedHostDevices and feature gates. Turn off where the "
         "HyperConverged Cluster Operator owns the CR (it reverts the patch); put the stack output "
         "``hyperConvergedPermittedHostDevices`` into the HyperConverged CR instead.",

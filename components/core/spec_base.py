@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -34,7 +35,11 @@ EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]
 
 
 class SpecModel(BaseModel):
-    """Base for every spec model: immutable, no unknown keys; camelCase keys in YAML, field names in Python."""
+    """Base for every spec model: immutable, no unknown keys; camelCase keys in YAML, field names in Python.
+
+    No field takes ``Field(alias=...)``: type checkers that read pydantic's ``dataclass_transform`` (pyright, mypy
+    without the pydantic plugin) name that ``__init__`` parameter after the alias, the plugin (``validate_by_name``)
+    after the field, so no spelling would pass both. A key that is not plain camelCase comes from ``camel_alias``."""
 
     model_config = ConfigDict(
         frozen=True,
@@ -45,6 +50,16 @@ class SpecModel(BaseModel):
         serialize_by_alias=True,
         str_strip_whitespace=True,
     )
+
+
+def camel_alias(**keys: str) -> Callable[[str], str]:
+    """An alias generator: ``to_camel``, except the stack-file keys given by field name (``memory_mib="memoryMiB"``).
+    For a model's ``model_config = ConfigDict(alias_generator=...)``; it changes the YAML key, never the Python name."""
+
+    def alias(name: str) -> str:
+        return keys.get(name) or to_camel(name)
+
+    return alias
 
 
 def with_string_shorthand(

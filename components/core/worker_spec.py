@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, GetJsonSchemaHandler, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, GetJsonSchemaHandler, model_validator
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
@@ -21,6 +21,7 @@ from proxmox_gpu_cluster.core.spec_base import (
     SpecModel,
     StorageId,
     VgpuType,
+    camel_alias,
     check_cloud_image,
     check_http_url,
     check_ip_or_cidr,
@@ -134,18 +135,15 @@ class Network(SpecModel):
 class Worker(SpecModel):
     """A Kubernetes GPU worker: a Proxmox VM with GPUs passed through. Its VM name is its node name."""
 
+    model_config = ConfigDict(alias_generator=camel_alias(memory_mib="memoryMiB", disk_gib="diskGiB"))
     name: Name = Field(description="VM name and Kubernetes node name.")
     vmid: Int = Field(ge=100, le=999_999_999, description="Proxmox VM id.")
     node: Name = Field(description="Proxmox node the VM runs on.")
     cores: Int = Field(default=8, ge=1, le=512, description="vCPU cores (cpu type host).")
     memory_mib: Int = Field(
-        default=32768,
-        alias="memoryMiB",
-        ge=2048,
-        le=MAX_MEMORY_MIB,
-        description="Guest RAM in MiB; pinned, no ballooning.",
+        default=32768, ge=2048, le=MAX_MEMORY_MIB, description="Guest RAM in MiB; pinned, no ballooning."
     )
-    disk_gib: Int = Field(default=100, alias="diskGiB", ge=20, le=65536, description="Boot disk size in GiB.")
+    disk_gib: Int = Field(default=100, ge=20, le=65536, description="Boot disk size in GiB.")
     datastore: StorageId = Field(default="local-lvm", description="Datastore for the VM's disks.")
     image: Image = Field(
         default_factory=lambda: Image(
