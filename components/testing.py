@@ -19,6 +19,7 @@ import gc
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         # (kind, path) -> content hash: every machine's agent copy names the same few directories, and hashing one
         # again for each (a directory walk and a read of every file) was a fifth of a large plan.
         self.hashes: dict[tuple[str, str], str] = {}
+        # Registrations arrive on several threads at once: without the lock, copies registered together each hash
+        # the same directory before any stored its hash.
+        self.hash_lock = threading.Lock()
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
@@ -135,7 +139,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             provider=_urn_of(request.provider),
             dependencies=list(request.dependencies),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
-            inputs=_assets(rpc.deserialize_properties(request.object, keep_unknowns=True), self.hashes),
+            inputs=_assets(rpc.deserialize_properties(request.object, keep_unknowns=True), self.hashes, self.hash_lock),
             protect=bool(request.protect),
             ignore_changes=list(request.ignoreChanges),
             replace_on_changes=list(request.replaceOnChanges),
@@ -178,21 +182,22 @@ class _ListHandler(logging.Handler):
         self.sink.append((record.levelname.lower(), record.getMessage()))
 
 
-def _assets(value: Any, hashes: dict[tuple[str, str], str]) -> Any:
+def _assets(value: Any, hashes: dict[tuple[str, str], str], lock: threading.Lock) -> Any:
     """``value`` with each file asset or archive as ``{"asset"|"archive": {"hash": ...}}``: the engine compares them
     by hash alone (pulumi sdk/go/common/resource/properties_diff.go), so the local path, which differs from one
     checkout to the next, is left out and the hash (sha256 over relative names and contents) is what a plan shows.
     ``hashes`` keeps each path's hash for the rest of the run (the files do not change while a program runs)."""
     if isinstance(value, dict):
-        return {k: _assets(v, hashes) for k, v in value.items()}
+        return {k: _assets(v, hashes, lock) for k, v in value.items()}
     if isinstance(value, list):
-        return [_assets(v, hashes) for v in value]
+        return [_assets(v, hashes, lock) for v in value]
     if isinstance(value, (pulumi.FileArchive, pulumi.FileAsset)):
         kind = "archive" if isinstance(value, pulumi.FileArchive) else "asset"
         key = (kind, value.path)
-        if key not in hashes:
-            hashes[key] = _content_hash(Path(value.path))
-        return {kind: {"hash": hashes[key]}}
+        with lock:
+            if key not in hashes:
+                hashes[key] = _content_hash(Path(value.path))
+            return {kind: {"hash": hashes[key]}}
     return value
 
 
