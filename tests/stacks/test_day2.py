@@ -201,8 +201,8 @@ def test_dra_in_the_operator_namespace_creates_one_namespace() -> None:
     raw["workers"][1]["dra"] = True
     raw["gpuOperator"]["dra"] = {"namespace": "gpu-operator"}
     rec = plan_stack(raw)
-    names = [r.plain_inputs["metadata"]["name"] for r in rec.of_type(NAMESPACE)]
-    assert names == ["proxmox-gpu-cluster", "gpu-operator"]  # the rollout slots' and the operator's, once
+    names = sorted(r.plain_inputs["metadata"]["name"] for r in rec.of_type(NAMESPACE))
+    assert names == ["gpu-operator", "proxmox-gpu-cluster"]  # the operator's and the rollout slots', once each
     assert rec.named("cluster-dra-driver-release").plain_inputs["namespace"] == "gpu-operator"
 
 
