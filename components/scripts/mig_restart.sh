@@ -107,16 +107,16 @@ main() {
     return 0
   fi
   # Restarted by this step and still pending: another restart would not help.
-  [[ "$was" != started ]] || fail "VM $vmid ($node_name) after its restart" "the GPUs' MIG mode applied" \
-    "still pending (the VM's GPUs were not reset: check the hostpci devices and the host's reset support; remove ${marker#"$ROOT"} to let the next run restart it again)"
+  local unreset="still pending (the VM's GPUs were not reset: check the hostpci devices and the host's reset support; remove ${marker#"$ROOT"} to let the next run restart it again)"
+  [[ "$was" != started ]] || fail "VM $vmid ($node_name) after its restart" "the GPUs' MIG mode applied" "$unreset"
   put_file "$marker" "stopping $key"
   qm shutdown "$vmid" --timeout 300 --forceStop 1
   put_file "$marker" "started $key"
   qm start "$vmid" 9>&-
   agent_up
   guest_says "$timeout"
-  [[ "$SAYS" == "mig-restart: not-needed" ]] || fail "VM $vmid ($node_name) after its restart" \
-    "the GPUs' MIG mode applied" "still pending (the VM's GPUs were not reset: check the hostpci devices and the host's reset support; remove ${marker#"$ROOT"} to let the next run restart it again)"
+  [[ "$SAYS" == "mig-restart: not-needed" ]] ||
+    fail "VM $vmid ($node_name) after its restart" "the GPUs' MIG mode applied" "$unreset"
   rm -f "$marker"
   echo "mig-restart: VM $vmid ($node_name) restarted: its GPUs' MIG mode applied"
 }
