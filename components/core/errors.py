@@ -86,8 +86,9 @@ def error_loc(error: Mapping[str, Any]) -> list[str | int]:
     return [p for p in error["loc"] if not (isinstance(p, str) and p in _INTERNAL_LOC)]
 
 
-def problems_from_validation_error(err: ValidationError) -> list[Problem]:
-    """Turn a pydantic ValidationError into problems, unpacking carried cross-field problems."""
+def problems_from_validation_error(err: ValidationError, *, python: bool = False) -> list[Problem]:
+    """Turn a pydantic ValidationError into problems, unpacking carried cross-field problems. ``python``: the
+    values came from Python code (field names), not from a stack file (camelCase keys)."""
     problems: list[Problem] = []
     errors = err.errors(include_url=False)
     for e in errors:
@@ -104,8 +105,12 @@ def problems_from_validation_error(err: ValidationError) -> list[Problem]:
             prefix = format_loc(p for p in loc if p != "[key]")
             message = f"key {e['input']!r}: {message}"
         if e["type"] == "extra_forbidden":
-            message = "unknown key (keys are camelCase; check the spelling)"
+            message = (
+                "unknown field (check the spelling)"
+                if python
+                else "unknown key (keys are camelCase; check the spelling)"
+            )
         elif e["type"] == "missing":
-            message = "required key is missing"
+            message = "required field is missing" if python else "required key is missing"
         problems.append(Problem(prefix, message))
     return problems

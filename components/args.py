@@ -1,0 +1,61 @@
+"""The base of every component's ``*Args``: one validation, whichever door a value comes through.
+
+A component is called ``Component(name, ComponentArgs(...), opts)``. Its args class validates what it is given as
+strictly as the stack file is validated, through the same rule functions (``proxmox_gpu_cluster.core``), and all
+at once: a bad value never surfaces as a ``KeyError``, ``TypeError`` or pydantic traceback, but as one
+``InvalidComponentArgs`` (a ``pulumi.RunError``, which the Pulumi CLI prints without a traceback) with one line
+per problem, each naming the path in the caller's own terms (``GpuQuotasArgs.quotas[1].gpus: ...``).
+
+Resources (providers, what a component waits for) never go into args: providers and dependencies come through
+``opts`` like any Pulumi resource's. Values a caller gets from other resources (addresses, vmids, namespaces)
+are ``pulumi.Input`` fields.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import pulumi
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+
+from proxmox_gpu_cluster.core.errors import problems_from_validation_error
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
+
+__all__ = ["ComponentArgs", "Input"]
+
+if TYPE_CHECKING:
+    from pulumi import Input
+else:
+
+    def _unless_output(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return value if isinstance(value, pulumi.Output) else handler(value)
+
+    class Input:
+        """``Input[T]`` in an args field: what type checkers read as ``pulumi.Input[T]``; pydantic validates a plain
+        value as a ``T`` and takes a ``pulumi.Output`` (whose value is not known yet) as it is. pulumi.Input itself
+        names its Output by a forward reference pydantic cannot resolve."""
+
+        def __class_getitem__(cls, item: Any) -> Any:
+            return Annotated[item, WrapValidator(_unless_output)]
+
+
+class ComponentArgs(BaseModel):
+    """Immutable, no unknown fields, Python field names only (no aliases: the one spelling mypy with and without
+    the pydantic plugin and pyright all accept). Spec models inside keep their own rules; their problems come out
+    with the field's path in front."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        arbitrary_types_allowed=True,  # pulumi.Output and other SDK types in Input fields
+        loc_by_alias=False,  # paths in the caller's terms: the Python field names
+        validate_by_name=True,
+        validate_by_alias=False,
+    )
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            # One RunError with every problem, without the chained pydantic traceback.
+            raise InvalidComponentArgs(type(self).__name__, problems_from_validation_error(err, python=True)) from None
