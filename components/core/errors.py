@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -114,3 +115,31 @@ def problems_from_validation_error(err: ValidationError, *, python: bool = False
             message = "required field is missing" if python else "required key is missing"
         problems.append(Problem(prefix, message))
     return problems
+
+
+class InvalidSpecModel(SpecError, ValueError):
+    """A spec model built from Python with unusable values: one ``<Model>.<path>: message`` line per problem, paths
+    in field names. A ``ValueError`` too, so a model built inside another model's validator reports through it."""
+
+
+def invalid_spec_model(model: str, problems: Iterable[Problem]) -> InvalidSpecModel:
+    """The error to raise for ``model``'s ``problems``: under ``pulumi up`` (the language host imported Pulumi
+    before the program) also a ``pulumi.errors.RunError``, which the CLI prints without a traceback. Found without
+    importing Pulumi: this layer is pure."""
+    pulumi_errors = sys.modules.get("pulumi.errors")
+    run_error = getattr(pulumi_errors, "RunError", None)
+    if isinstance(run_error, type) and issubclass(run_error, Exception):
+        return _with_run_error(run_error)(problems, root=model)
+    return InvalidSpecModel(problems, root=model)
+
+
+_RUN_ERROR_CLASSES: dict[type[Exception], type[InvalidSpecModel]] = {}
+
+
+def _with_run_error(run_error: type[Exception]) -> type[InvalidSpecModel]:
+    # Created once per RunError class, so `except` clauses and identity checks see one class.
+    if run_error not in _RUN_ERROR_CLASSES:
+        _RUN_ERROR_CLASSES[run_error] = type(
+            "InvalidSpecModelRunError", (InvalidSpecModel, run_error), {"__module__": __name__}
+        )
+    return _RUN_ERROR_CLASSES[run_error]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any, TypeVar, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     GetJsonSchemaHandler,
     Tag,
+    ValidationError,
     WithJsonSchema,
 )
 from pydantic.alias_generators import to_camel
@@ -24,6 +25,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.core.errors import Problem, invalid_spec_model, problems_from_validation_error
 
 LINE_BREAKERS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
 """A regex character-class body: C0 and C1 control characters, DEL, and the Unicode line and paragraph separators
@@ -32,6 +34,17 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 PCI_PATH = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}$"
 VENDOR_DEVICE = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$"
 EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
+_Init = TypeVar("_Init", bound=Callable[..., None])
+
+
+def _validates_nested_without_init(init: _Init) -> _Init:
+    """Mark an ``__init__`` the way pydantic marks ``BaseModel.__init__``: with a custom ``__init__`` pydantic
+    would otherwise validate every nested dict by calling it (its ``custom_init``), so a nested model would raise
+    its own error at its own root instead of leaving the problem, with its path, to the outermost model."""
+    setattr(init, "__pydantic_base_init__", True)  # noqa: B010 - a function attribute pydantic reads
+    return init
 
 
 class SpecModel(BaseModel):
@@ -50,6 +63,57 @@ class SpecModel(BaseModel):
         serialize_by_alias=True,
         str_strip_whitespace=True,
     )
+
+    @_validates_nested_without_init
+    def __init__(self, /, **data: Any) -> None:
+        """Built from Python: every problem at once as one ``InvalidSpecModel`` (``<Model>.<path>: message``, paths
+        in field names; a ``pulumi.RunError`` too under Pulumi), without pydantic's chained traceback. Only the
+        outermost model converts: pydantic validates nested values without calling ``__init__``, and
+        ``load_spec`` (``model_validate``) keeps its ``cluster.<camelCase path>`` lines."""
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            problems = problems_from_validation_error(err, python=True)
+            model = type(self)
+            renamed = [Problem(field_path(model, p.path), p.message) for p in problems]
+            raise invalid_spec_model(model.__name__, renamed) from None
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation holds (itself, or inside ``X | None`` / ``Annotated``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for arg in get_args(annotation) if (m := _model_in(arg)) is not None), None)
+
+
+def _item(annotation: Any) -> Any:
+    """The type of an item (``[i]``) of a tuple, list or mapping annotation, through ``Annotated`` and ``| None``."""
+    for arg in (annotation, *get_args(annotation)):
+        args = [a for a in get_args(arg) if a is not Ellipsis and a is not type(None)]
+        origin = getattr(arg, "__origin__", None)
+        if origin in (tuple, list, frozenset, set) and args:
+            return args[0]
+        if origin is dict and len(args) == 2:  # key and value
+            return args[1]
+    return None
+
+
+def field_path(model: type[BaseModel], path: str) -> str:
+    """``path`` (keys as the stack file spells them, e.g. ``gpus[0].timeSlicing``) in ``model``'s Python field
+    names (``gpus[0].time_slicing``); a part no field matches is kept as it is."""
+    current: Any = model
+    out = ""
+    for token in re.findall(r"\[[^\]]*\]|[^.\[]+", path):
+        if token.startswith("["):
+            out += token
+            current = _item(current)
+            continue
+        owner = _model_in(current)
+        fields = owner.model_fields.items() if owner is not None else ()
+        found = next(((n, f) for n, f in fields if token in (n, f.alias)), None)
+        name, current = (found[0], found[1].annotation) if found is not None else (token, None)
+        out += f".{name}" if out else name
+    return out
 
 
 def camel_alias(**keys: str) -> Callable[[str], str]:
