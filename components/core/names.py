@@ -1,9 +1,10 @@
 """Names of what the stack creates on Proxmox, where two stacks (or two nodes) could otherwise collide. Pure.
 
-Datacenter PCI mappings, cloud-init snippets and downloaded images live outside Pulumi's own namespace: a second
-stack that chose the same name would overwrite the first one's object, and destroying either would delete the
-other's. Every such name therefore carries a scope, a short hash of the Pulumi project and stack, next to a
-readable form of the stack name; within a stack, node and GPU names (DNS labels) complete it.
+Datacenter PCI mappings, cloud-init snippets, downloaded images and host prep's drop-in live outside Pulumi's own
+namespace: a second stack (or a second cluster of one program) that chose the same name would overwrite the first
+one's object, and destroying either would delete the other's. Every such name therefore carries a scope, a short
+hash of the Pulumi project, the stack and the cluster, next to a readable form of the stack name; within it, node
+and GPU names (DNS labels) complete it.
 
 The names never depend on resource names or component nesting, so refactoring the program does not rename (and so
 replace) anything on the hosts.
@@ -37,17 +38,27 @@ def _slug(text: str, length: int) -> str:
 
 @dataclass(frozen=True)
 class StackScope:
-    """Which Pulumi project and stack the names belong to."""
+    """Which Pulumi project, stack and cluster the names belong to.
+
+    ``cluster`` is the cluster's name within the program (a ``GpuCluster``'s resource name), so two clusters of one
+    program never share a name; empty, the names are the stack's alone, as a program with a single cluster created
+    them before clusters were scoped (``GpuCluster(stack_scoped_names=True)`` keeps those names)."""
 
     project: str
     stack: str
+    cluster: str = ""
 
     @property
     def token(self) -> str:
-        """``<readable stack>-<hash>`` or just the hash: lower-case letters, digits and dashes."""
+        """``<readable stack>-<hash>`` or just the hash: lower-case letters, digits and dashes, at most 29."""
         slug = _slug(self.stack, _SLUG_LENGTH)
-        digest = _hash(self.project, self.stack)
+        digest = _hash(self.project, self.stack, *([self.cluster] if self.cluster else []))
         return f"{slug}-{digest}" if slug else digest
+
+    def describe(self) -> str:
+        """How an error names the scope: ``stack 'prod'`` or ``cluster 'a' of stack 'prod'``."""
+        stack = f"stack {self.stack!r} of project {self.project!r}"
+        return f"cluster {self.cluster!r} of {stack}" if self.cluster else stack
 
     def mapping_id(self, node: str, gpu: str) -> str:
         """The datacenter PCI mapping of GPU ``gpu`` on Proxmox node ``node``.
@@ -66,11 +77,13 @@ class StackScope:
         """The stored name of the cloud image at ``url`` on ``node``'s ``datastore``.
 
         The readable part is the URL's file name (``.../download?file=jammy.img`` has none: the last query value
-        with an image extension is used, else ``cloud-image``); the hash covers stack, node, datastore and the full
-        URL, so two URLs with the same basename never share a file. ``.img`` because Proxmox VE before 8.4 accepts
-        only .img/.iso files as ``iso`` content; the format is detected from the content, not the name.
+        with an image extension is used, else ``cloud-image``); the hash covers the scope, node, datastore and
+        the full URL, so two URLs with the same basename never share a file. ``.img`` because Proxmox VE before
+        8.4 accepts only .img/.iso files as ``iso`` content; the format is detected from the content, not the
+        name.
         """
-        return f"{image_stem(url)}-{_hash(self.project, self.stack, node, datastore, url)}.img"
+        cluster = [self.cluster] if self.cluster else []
+        return f"{image_stem(url)}-{_hash(self.project, self.stack, *cluster, node, datastore, url)}.img"
 
 
 _IMAGE_EXT = re.compile(r"\.(img|qcow2|raw|iso)$", re.IGNORECASE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from hypothesis import given
@@ -19,6 +20,19 @@ def test_mapping_ids_are_valid_and_scoped() -> None:
     assert prod.mapping_id("pve1", "a10-0") != dev.mapping_id("pve1", "a10-0")
     assert StackScope("other-project", "prod").mapping_id("pve1", "a10-0") != prod.mapping_id("pve1", "a10-0")
     assert prod.mapping_id("pve", "a-0") != prod.mapping_id("pve-a", "0")
+
+
+def test_clusters_of_one_stack_get_their_own_names_and_the_stack_scope_keeps_its_old_ones() -> None:
+    stack = StackScope("proxmox-gpu-cluster", "prod")
+    a, b = StackScope("proxmox-gpu-cluster", "prod", "team-a"), StackScope("proxmox-gpu-cluster", "prod", "team-b")
+    assert len({stack.token, a.token, b.token}) == 3
+    assert len({s.mapping_id("pve1", "a10-0") for s in (stack, a, b)}) == 3
+    assert len({s.snippet_file_name("pve1") for s in (stack, a, b)}) == 3
+    url = "https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img"
+    assert len({s.image_file_name("pve1", "local", url) for s in (stack, a, b)}) == 3
+    # The stack-only scope is what every stack used before clusters were scoped: its names must never change.
+    assert stack.token == "prod-" + hashlib.sha256(b"proxmox-gpu-cluster\0prod").hexdigest()[:8]
+    assert a.describe() == "cluster 'team-a' of stack 'prod' of project 'proxmox-gpu-cluster'"
 
 
 @given(a=st.tuples(LABEL, LABEL), b=st.tuples(LABEL, LABEL))
