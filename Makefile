@@ -29,7 +29,7 @@ FORCE:
 
 ## Offline plan of a stack (default dev) under Pulumi's mock engine: no CLI, no credentials.
 plan: $(STAMP)
-	$(BIN)/python -m proxmox_gpu_cluster.plan $(STACK)
+	$(BIN)/python -m proxmox_gpu_cluster.plan $(STACK) --placeholder-secrets
 
 ## Lint, type checks and the fast tests (leaves out the tests marked slow).
 test: lint typecheck unit

@@ -100,7 +100,7 @@ def measure_one(workers: int) -> dict[str, Any]:
             out = io.StringIO()
             start, cpu = time.perf_counter(), time.process_time()
             with contextlib.redirect_stdout(out):
-                code = main(["bench", "--config", str(stack_file), "--json"])
+                code = main(["bench", "--config", str(stack_file), "--json", "--placeholder-secrets"])
             seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
             assert code == 0, f"the plan failed with exit code {code}"
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

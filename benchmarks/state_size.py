@@ -71,7 +71,7 @@ def plan_inputs(stack: str, secrets: Mapping[str, str] | None, agent: bool | Non
         if agent is not None:
             spec = next(v for k, v in document["config"].items() if k.endswith(":cluster"))
             spec["proxmox"]["sshAgent"] = agent
-        recording, _ = cli.plan(stack, document, ROOT / "__main__.py")
+        recording, _ = cli.plan(stack, document, ROOT / "__main__.py", placeholder_secrets=True)
     finally:
         cli.stack_config = original  # type: ignore[assignment]
     return [{"name": r.name, "type": r.type, "inputs": unwrap(r.inputs)} for r in recording.resources]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import pulumi
 from pydantic import BaseModel, ValidationError
 
-from proxmox_gpu_cluster.cluster.providers import Secrets
+from proxmox_gpu_cluster.cluster.providers import Secrets, needed_secrets
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.input_safety import MAX_DEPTH, budget_problem, escape_lines, spec_problems
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode, GpuNode
@@ -31,22 +31,31 @@ SPEC_KEY = "cluster"
 
 @dataclass(frozen=True)
 class SecretKey:
-    """A secret config key and when it is needed."""
+    """A secret config key, the ``Secrets`` field it fills, and when it is needed."""
 
     key: str
+    field: str
     purpose: str
 
 
-PROXMOX_API_TOKEN = SecretKey("proxmoxApiToken", "Proxmox API token, 'user@realm!tokenid=uuid' (authMode token)")
-PROXMOX_PASSWORD = SecretKey("proxmoxPassword", "password of proxmox.username (authMode password)")
-SSH_PRIVATE_KEY = SecretKey(
-    "sshPrivateKey", "SSH private key for Proxmox nodes and guest VMs (or the ssh-agent: proxmox.sshAgent true)"
+PROXMOX_API_TOKEN = SecretKey(
+    "proxmoxApiToken", "proxmox_api_token", "Proxmox API token, 'user@realm!tokenid=uuid' (authMode token)"
 )
-KUBECONFIG = SecretKey("kubeconfig", "kubeconfig of the target cluster")
-JOIN_TOKEN = SecretKey("kubeadmJoinToken", "kubeadm bootstrap token (joinMethod kubeadm)")
-CA_CERT_HASH = SecretKey("kubeadmCaCertHash", "kubeadm discovery CA cert hash, sha256:... (joinMethod kubeadm)")
+PROXMOX_PASSWORD = SecretKey("proxmoxPassword", "proxmox_password", "password of proxmox.username (authMode password)")
+SSH_PRIVATE_KEY = SecretKey(
+    "sshPrivateKey",
+    "ssh_private_key",
+    "SSH private key for Proxmox nodes and guest VMs (or the ssh-agent: proxmox.sshAgent true)",
+)
+KUBECONFIG = SecretKey("kubeconfig", "kubeconfig", "kubeconfig of the target cluster")
+JOIN_TOKEN = SecretKey("kubeadmJoinToken", "join_token", "kubeadm bootstrap token (joinMethod kubeadm)")
+CA_CERT_HASH = SecretKey(
+    "kubeadmCaCertHash", "ca_cert_hash", "kubeadm discovery CA cert hash, sha256:... (joinMethod kubeadm)"
+)
 VGPU_REGISTRY_PASSWORD = SecretKey(
-    "vgpuRegistryPassword", "password of kubevirt.vgpuManager's registry, e.g. an NGC API key (vm-vgpu nodes)"
+    "vgpuRegistryPassword",
+    "vgpu_registry_password",
+    "password of kubevirt.vgpuManager's registry, e.g. an NGC API key (vm-vgpu nodes)",
 )
 ALL_SECRETS = (
     PROXMOX_API_TOKEN, PROXMOX_PASSWORD, SSH_PRIVATE_KEY, KUBECONFIG, JOIN_TOKEN, CA_CERT_HASH, VGPU_REGISTRY_PASSWORD
@@ -62,15 +71,9 @@ class InvalidStackConfig(pulumi.RunError):
 
 
 def required_secrets(spec: ClusterSpec) -> list[SecretKey]:
-    """The secret keys this spec needs."""
-    # With the ssh-agent no connection carries a key (components/ssh.py says how each provider finds the agent).
-    keys = [KUBECONFIG] if spec.proxmox.ssh_agent else [SSH_PRIVATE_KEY, KUBECONFIG]
-    keys.append(PROXMOX_API_TOKEN if spec.proxmox.auth_mode == "token" else PROXMOX_PASSWORD)
-    if spec.kubernetes.join_method == "kubeadm":
-        keys += [JOIN_TOKEN, CA_CERT_HASH]
-    if spec.kubevirt.vgpu_manager is not None:
-        keys.append(VGPU_REGISTRY_PASSWORD)
-    return keys
+    """The secret keys this spec needs (the rule ``GpuClusterArgs`` applies: ``needed_secrets``)."""
+    needed = needed_secrets(spec)
+    return [key for key in ALL_SECRETS if key.field in needed]
 
 
 def secret_problems(

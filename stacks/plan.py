@@ -3,9 +3,11 @@
 Like ``helm template`` or ``cdk synth``: no Pulumi CLI, no credentials, no network. Secrets get placeholder
 values and are shown as ``[secret]``. Any program works, ours or one that imports these components: the program is
 ``__main__.py`` in the current directory (or ``--main``), the project name comes from the ``Pulumi.yaml`` beside
-it, and the stack file is ``Pulumi.<stack>.yaml`` there (or ``--config``). When the stack's config holds a cluster
-spec (``<namespace>:cluster``) it is validated first and the capacity table and disruption come from it.
+it, and the stack file is ``Pulumi.<stack>.yaml`` there (or ``--config``). Every cluster spec of the stack's config
+(``<namespace>:cluster``, one per cluster of the program) is validated first and the capacity table and
+disruption come from them. Secrets as ``pulumi preview`` has them (``stacks/plan_specs.py``).
 
+    python -m proxmox_gpu_cluster.plan dev --placeholder-secrets  # a stack file without secrets: placeholders
     python -m proxmox_gpu_cluster.plan dev                 # resource tree + capacity table
     python -m proxmox_gpu_cluster.plan dev --json          # machine-readable plan
     python -m proxmox_gpu_cluster.plan dev --out plan-out  # one YAML file of inputs per resource
@@ -16,7 +18,8 @@ spec (``<namespace>:cluster``) it is validated first and the capacity table and 
     python -m proxmox_gpu_cluster.plan prod --diff-base origin/main # what the stack file's edits would do
     python -m proxmox_gpu_cluster.plan prod --diff-config new.yaml --markdown  # ... as a pull-request comment
 
-Exit codes: 0 planned, 2 invalid spec or config (one line per problem on stderr), 1 anything else.
+Exit codes: 0 planned, 2 invalid spec, config or program input (one line per problem on stderr: a missing secret,
+a component's bad args), 1 anything else.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import re
 import runpy
 import sys
 from collections.abc import Mapping, Sequence
@@ -33,69 +35,22 @@ from pathlib import Path
 from types import EllipsisType
 from typing import Any, NoReturn
 
-import yaml
+import pulumi
 
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_from_output, capacity_table
-from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.proxmox.pci_mapping import IommuPreflightError
 from proxmox_gpu_cluster.recording import critical_path
 from proxmox_gpu_cluster.render.agent_bundle import agent_lines, agent_summary
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
-from proxmox_gpu_cluster.render.kubevirt import example_virtual_machines
 from proxmox_gpu_cluster.stacks.cli_checks import OneLineParser, check_plan_arguments, printable
-from proxmox_gpu_cluster.stacks.config import (
-    ALL_SECRETS,
-    PROJECT,
-    InvalidStackConfig,
-    parse_spec,
-    raw_spec_from_stack_file,
-)
+from proxmox_gpu_cluster.stacks.config import PROJECT, InvalidStackConfig
 from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff, diff_document, render_diff
+from proxmox_gpu_cluster.stacks.plan_files import example_manifests, tree_order, write_inputs
 from proxmox_gpu_cluster.stacks.plan_inputs import InputError, find_program, read_inputs, stack_file_at
+from proxmox_gpu_cluster.stacks.plan_specs import Specs, cluster_specs, clusters_of, spec_namespaces, stack_config
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMocks, redact, run
 from proxmox_gpu_cluster.testing_pci import pci_invokes
-
-
-def stack_config(document: Mapping[str, Any], project: str = PROJECT) -> tuple[dict[str, Any], list[str]]:
-    """Config map and secret keys for the mock engine from a parsed stack file.
-
-    Encrypted values (``secure:``) cannot be decrypted offline; they and every secret key the stack file does
-    not set get a placeholder, so the program runs its real secret handling.
-    """
-    config: dict[str, Any] = {}
-    secret_keys: list[str] = []
-    for key, value in (document.get("config") or {}).items():
-        full = key if ":" in key else f"{project}:{key}"
-        if isinstance(value, Mapping) and set(value) == {"secure"}:
-            config[full] = f"plan-placeholder-{full.split(':', 1)[1]}"
-            secret_keys.append(full)
-        else:
-            config[full] = value
-    for secret in ALL_SECRETS:
-        full = f"{project}:{secret.key}"
-        if full not in config:
-            config[full] = f"plan-placeholder-{secret.key}"
-            secret_keys.append(full)
-    return config, secret_keys
-
-
-def tree_order(recording: Recording) -> list[tuple[str, RecordedResource]]:
-    """Resources depth-first from the stack, siblings sorted by type and name, with their tree prefix."""
-    children: dict[str, list[RecordedResource]] = {}
-    for r in recording.resources:
-        children.setdefault(r.parent, []).append(r)
-    out: list[tuple[str, RecordedResource]] = []
-
-    def walk(parent: str, indent: str, top: bool) -> None:
-        siblings = sorted(children.get(parent, []), key=lambda r: (r.type, r.name))
-        for i, r in enumerate(siblings):
-            last = i == len(siblings) - 1
-            out.append(("" if top else indent + ("└─ " if last else "├─ "), r))
-            walk(r.urn, "" if top else indent + ("   " if last else "│  "), False)
-
-    walk("", "", True)
-    return out
 
 
 def resource_entry(r: RecordedResource) -> dict[str, Any]:
@@ -126,10 +81,11 @@ def plan_document(
     stack: str,
     recording: Recording,
     capacity: Sequence[WorkerCapacity],
-    spec: ClusterSpec | None = None,
+    spec: Specs = None,
     project: str = PROJECT,
 ) -> dict[str, Any]:
-    """The whole plan as plain data (what ``--json`` prints); with ``spec``, also what it may disrupt."""
+    """The whole plan as plain data (what ``--json`` prints); with ``spec``, also what it may disrupt (per
+    namespace when the program has several clusters)."""
     document: dict[str, Any] = {
         "project": project,
         "stack": stack,
@@ -141,8 +97,11 @@ def plan_document(
         "rebootPoints": reboot_points(recording),
         "agent": agent_summary(),
     }
-    if spec is not None:
-        document["disruption"] = disruption(spec)
+    clusters = clusters_of(spec)
+    if len(clusters) == 1:
+        document["disruption"] = disruption(clusters[0].spec)
+    elif clusters:
+        document["disruption"] = {c.namespace: disruption(c.spec) for c in clusters}
     return document
 
 
@@ -161,9 +120,7 @@ def reboot_points(recording: Recording) -> dict[str, str]:
     return dict(sorted((r.name, w) for r in recording.resources for s, w in REBOOTS.items() if r.name.endswith(s)))
 
 
-def render_text(
-    stack: str, recording: Recording, capacity: Sequence[WorkerCapacity], spec: ClusterSpec | None = None
-) -> str:
+def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapacity], spec: Specs = None) -> str:
     """Human-readable plan: resource tree, capacity table, IOMMU checks, disruption (with ``spec``), warnings."""
     ordered = tree_order(recording)
     lines = [f"Offline plan of stack '{stack}' (Pulumi mock engine; nothing was contacted)", ""]
@@ -194,9 +151,10 @@ def render_text(
                 "the ACS override requested); its verify step checks them"
             )
             lines.append(f"  {node}: {how}")
-    if spec is not None:
-        lines += ["", "Disruption (what this stack may reboot, drain or replace; each step checks again):"]
-        lines += [f"  {line}" for line in disruption_lines(spec)]
+    for c in clusters_of(spec):
+        of = f" of the cluster in {c.namespace}:cluster" if len(clusters_of(spec)) > 1 else ""
+        lines += ["", f"Disruption{of} (what this stack may reboot, drain or replace; each step checks again):"]
+        lines += [f"  {line}" for line in disruption_lines(c.spec)]
     chain = critical_path(recording)
     lines += ["", f"Critical path of a first pulumi up ({len(chain)} steps, one after the other):"]
     lines += [f"  {' -> '.join(r.name for r in chain)}"] if chain else []
@@ -212,46 +170,6 @@ def render_text(
     return "\n".join(lines) + "\n"
 
 
-def write_inputs(out_dir: Path, recording: Recording) -> int:
-    """Write each resource's (redacted) inputs to ``out_dir/<type>/<name>.yaml``; returns the file count."""
-    count = 0
-    for _, r in tree_order(recording):
-        folder = out_dir / re.sub(r"[^A-Za-z0-9_.-]", "_", r.type)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{r.name}.yaml").write_text(yaml.safe_dump(redact(r.inputs), sort_keys=True))
-        count += 1
-    return count
-
-
-def example_manifests(spec: ClusterSpec) -> str:
-    """The example VirtualMachines of ``spec`` as a multi-document YAML stream (empty without KubeVirt)."""
-    if not spec.kubevirt.enabled:
-        return ""
-    return yaml.dump_all(
-        example_virtual_machines(gpu_nodes(spec), spec.guest.ssh_public_keys),
-        Dumper=_BlockDumper,
-        sort_keys=False,
-        explicit_start=True,
-    )
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """SafeDumper that writes multi-line strings (cloud-init user data) as literal blocks."""
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
-
-
-_BlockDumper.add_representer(str, _represent_str)
-
-
-def cluster_spec(document: Mapping[str, Any], namespace: str) -> ClusterSpec | None:
-    """The validated cluster spec of a stack file, or None for a program whose config holds none."""
-    raw = raw_spec_from_stack_file(document, namespace)
-    return None if raw is None else parse_spec(raw, namespace)
-
-
 def plan(
     stack: str,
     document: Mapping[str, Any],
@@ -259,13 +177,20 @@ def plan(
     pci: Mapping[str, list[dict[str, Any]]] | None = None,
     *,
     project: str = PROJECT,
-    namespace: str | None = None,
-    spec: ClusterSpec | EllipsisType | None = ...,
+    namespace: str | Sequence[str] | None = None,
+    spec: Specs | EllipsisType = ...,
+    placeholder_secrets: bool = False,
 ) -> tuple[Recording, list[WorkerCapacity]]:
-    """Validate the spec under ``namespace`` (default: the project) unless given as ``spec``; run ``main`` under
-    mocks, ``get_pci`` answers from ``pci`` or like the spec's hosts; InvalidStackConfig, IommuPreflightError raise."""
-    spec = cluster_spec(document, namespace or project) if spec is ... else spec
-    config, secret_keys = stack_config(document, namespace or project)
+    """Validate the cluster spec of each of ``namespace`` (default: every ``<namespace>:cluster`` of the stack file)
+    unless given as ``spec``; run ``main`` under mocks, ``get_pci`` answers from ``pci`` or like the specs' hosts.
+    InvalidStackConfig and IommuPreflightError raise, and whatever the program raises (a ``pulumi.RunError`` for
+    a bad spec, args or a missing secret: ``placeholder_secrets`` fills the missing ones, see plan_specs.py)."""
+    if isinstance(namespace, str):
+        namespace = [namespace]
+    if spec is ...:
+        spec = cluster_specs(document, namespace or spec_namespaces(document, project))
+    clusters = clusters_of(spec)
+    config, secret_keys, _ = stack_config(document, project, clusters, placeholder_secrets=placeholder_secrets)
     # The program's own directory comes first on sys.path, as under `pulumi up`.
     sys.path.insert(0, str(main.parent))
     try:
@@ -275,12 +200,12 @@ def plan(
             stack=stack,
             config=config,
             secret_keys=secret_keys,
-            mocks=RecordingMocks(invokes=pci_invokes(spec, pci)),
+            mocks=RecordingMocks(invokes=pci_invokes([c.spec for c in clusters], pci)),
         )
     finally:
         sys.path.remove(str(main.parent))
-    if spec is not None:
-        return recording, capacity_table(spec)
+    if clusters:
+        return recording, [row for c in clusters for row in capacity_table(c.spec)]
     # A program without a cluster spec: the table it exports (``capacity_output``), if any.
     return recording, capacity_from_output(recording.outputs.get("capacity"))
 
@@ -332,7 +257,17 @@ def _main(argv: Sequence[str] | None) -> int:
         help="the program: a directory with __main__.py and Pulumi.yaml, or the file itself "
         "(default: the current directory)",
     )
-    parser.add_argument("--namespace", help="config namespace of the cluster spec (default: the project name)")
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        help="config namespace of a cluster spec, once per cluster (default: every <namespace>:cluster key)",
+    )
+    parser.add_argument(
+        "--placeholder-secrets",
+        action="store_true",
+        help="plan secrets the stack file does not set with placeholders (for templates without secrets); "
+        "without it a missing secret fails the plan as it would fail pulumi preview",
+    )
     compare = parser.add_mutually_exclusive_group()
     compare.add_argument(
         "--diff-config",
@@ -353,31 +288,38 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         check_plan_arguments(args.out, args.pci, args.diff_base)
         program = find_program(args.main)
-        namespace = args.namespace or program.project
         path: Path = args.config or program.directory / f"Pulumi.{args.stack}.yaml"
         document, pci = read_inputs(path, args.pci)
-        spec = cluster_spec(document, namespace)
-        unknown = sorted(set(pci) - {n.name for n in (spec.proxmox.nodes if spec else ())})
+        namespaces = args.namespace or spec_namespaces(document, program.project)
+        specs = cluster_specs(document, namespaces)
+        unknown = sorted(set(pci) - {n.name for c in specs for n in c.spec.proxmox.nodes})
         if unknown:
-            raise InputError(f"--pci: no Proxmox node {', '.join(unknown)} in the spec")
+            raise InputError(f"--pci: no Proxmox node {', '.join(unknown)} in any cluster spec")
         if args.kubevirt_vms:
-            print(example_manifests(spec) if spec else "", end="")
+            print(example_manifests(specs), end="")
             return 0
-        given = {"project": program.project, "namespace": namespace}
-        recording, capacity = plan(args.stack, document, program.main, pci, **given, spec=spec)
+        given = {"project": program.project, "placeholder_secrets": args.placeholder_secrets}
+        recording, capacity = plan(args.stack, document, program.main, pci, **given, spec=specs)
         if args.diff_config or args.diff_base:
             other = read_inputs(args.diff_config, [])[0] if args.diff_config else stack_file_at(args.diff_base, path)
-            other_spec = cluster_spec(other, namespace)
-            other_plan = plan(args.stack, other, program.main, pci, **given, spec=other_spec)
+            other_specs = cluster_specs(other, namespaces)
+            other_plan = plan(args.stack, other, program.main, pci, **given, spec=other_specs)
     except (InputError, InvalidStackConfig, IommuPreflightError) as err:
         print(printable(err.lines), file=sys.stderr)
         return 2
+    except (pulumi.RunError, SpecError) as err:  # the program's own refusal: a bad spec, bad args, a missing secret
+        lines = getattr(err, "lines", None) or str(err).splitlines()
+        print(printable(list(lines)), file=sys.stderr)
+        return 2
+    assumed = stack_config(document, program.project, specs, placeholder_secrets=args.placeholder_secrets)[2]
+    if assumed:
+        print(f"placeholders for secrets the stack file does not set: {', '.join(assumed)}", file=sys.stderr)
     if args.diff_config or args.diff_base:
         docs = [plan_document(args.stack, *plan_, s, program.project) for plan_, s in
-                (((recording, capacity), spec), (other_plan, other_spec))]  # fmt: skip
+                (((recording, capacity), specs), (other_plan, other_specs))]  # fmt: skip
         before, after = docs if args.diff_config else docs[::-1]
-        after_spec = other_spec if args.diff_config else spec
-        slots = after_spec.kubernetes.drain.max_unavailable if after_spec else 1
+        after_specs = other_specs if args.diff_config else specs
+        slots = min((c.spec.kubernetes.drain.max_unavailable for c in after_specs), default=1)
         changes, prefix = diff(before, after), cluster_prefix(after)
         if args.json:
             print(json.dumps(diff_document(changes, slots, prefix), indent=2, sort_keys=True))
@@ -387,10 +329,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.json:
         # Input key order comes from the mock engine's async serialization and differs between runs; sorting
         # makes the plan byte-identical across processes, so CI can diff it.
-        document = plan_document(args.stack, recording, capacity, spec, program.project)
+        document = plan_document(args.stack, recording, capacity, specs, program.project)
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
-        print(render_text(args.stack, recording, capacity, spec), end="")
+        print(render_text(args.stack, recording, capacity, specs), end="")
     if args.out:
         count = write_inputs(args.out, recording)
         print(f"wrote {count} input files under {args.out}", file=sys.stderr)

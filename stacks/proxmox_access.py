@@ -19,8 +19,8 @@ from pathlib import Path
 from proxmox_gpu_cluster.render.proxmox_acl import pveum_commands
 from proxmox_gpu_cluster.stacks.cli_checks import OneLineParser, printable
 from proxmox_gpu_cluster.stacks.config import InvalidStackConfig
-from proxmox_gpu_cluster.stacks.plan import cluster_spec
 from proxmox_gpu_cluster.stacks.plan_inputs import InputError, find_program, read_inputs
+from proxmox_gpu_cluster.stacks.plan_specs import cluster_specs
 
 USER = re.compile(r"^[^\s:!@/]{1,60}@[A-Za-z][A-Za-z0-9.\-_]{1,31}$")
 """``name@realm``, as Proxmox takes a user id (no whitespace, ``:``, ``!`` or ``/`` in the name)."""
@@ -47,9 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         program = find_program(args.main)
         path: Path = args.config or program.directory / f"Pulumi.{args.stack}.yaml"
         namespace = args.namespace or program.project
-        spec = cluster_spec(read_inputs(path, [])[0], namespace)
-        if spec is None:
+        specs = cluster_specs(read_inputs(path, [])[0], [namespace])
+        if not specs:
             raise InputError(f"{path}: no cluster spec under {namespace}:cluster")
+        spec = specs[0].spec
     except (InputError, InvalidStackConfig) as err:
         print(printable(err.lines), file=sys.stderr)
         return 2

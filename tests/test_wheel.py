@@ -113,7 +113,7 @@ def test_the_installed_wheel_plans_a_users_program_with_its_own_components_packa
     )  # fmt: skip
     assert where.stdout.startswith(str(site))
     result = subprocess.run(
-        [str(python), "-m", "proxmox_gpu_cluster.plan", "dev", "--json"],
+        [str(python), "-m", "proxmox_gpu_cluster.plan", "--placeholder-secrets", "dev", "--json"],
         cwd=program, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -42,7 +42,9 @@ def _differences(plan_shape: dict[str, Counter[Any]], floor_shape: dict[str, Cou
 def test_the_floor_registers_the_plans_graph(floor: ModuleType) -> None:
     # Nine workers: every GPU pattern of the bench spec twice, on two Proxmox nodes.
     spec = plan_scale().make_spec(9)
-    recording, _ = plan("bench", {"config": {"proxmox-gpu-cluster:cluster": spec}}, ROOT / "__main__.py")
+    recording, _ = plan(
+        "bench", {"config": {"proxmox-gpu-cluster:cluster": spec}}, ROOT / "__main__.py", placeholder_secrets=True
+    )
     floor_recording = floor.run_floor(spec)
     plan_shape = floor.graph_shape(recording.resources)
     floor_shape = floor.graph_shape(floor_recording.resources)

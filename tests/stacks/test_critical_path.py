@@ -18,7 +18,7 @@ def make_spec(workers: int) -> dict[str, Any]:
 
 def depth(workers: int) -> tuple[int, list[str]]:
     document = {"config": {"proxmox-gpu-cluster:cluster": make_spec(workers)}}
-    recording, capacity = plan("t", document, ROOT / "__main__.py")
+    recording, capacity = plan("t", document, ROOT / "__main__.py", placeholder_secrets=True)
     names = plan_document("t", recording, capacity)["criticalPath"]
     assert names == [r.name for r in critical_path(recording)]
     return len(names), names
@@ -43,7 +43,7 @@ def test_the_plan_text_prints_it(tmp_path: Path) -> None:
     from proxmox_gpu_cluster.stacks.plan import render_text
 
     document = {"config": {"proxmox-gpu-cluster:cluster": make_spec(2)}}
-    recording, capacity = plan("t", document, ROOT / "__main__.py")
+    recording, capacity = plan("t", document, ROOT / "__main__.py", placeholder_secrets=True)
     text = render_text("t", recording, capacity)
     assert "Critical path of a first pulumi up (18 steps, one after the other):" in text
 
@@ -59,7 +59,10 @@ def test_first_up_depth_is_the_same_for_1_and_50_workers_of_one_shape() -> None:
     depths = []
     for count in (1, 50):
         recording, _ = plan(
-            "t", {"config": {"proxmox-gpu-cluster:cluster": only_a10_workers(count)}}, ROOT / "__main__.py"
+            "t",
+            {"config": {"proxmox-gpu-cluster:cluster": only_a10_workers(count)}},
+            ROOT / "__main__.py",
+            placeholder_secrets=True,
         )
         assert len([r for r in recording.resources if r.type.endswith("VmLegacy")]) == count
         depths.append(len(critical_path(recording)))
@@ -67,7 +70,9 @@ def test_first_up_depth_is_the_same_for_1_and_50_workers_of_one_shape() -> None:
 
 
 def test_the_plan_names_every_reboot_point() -> None:
-    recording, capacity = plan("t", {"config": {"proxmox-gpu-cluster:cluster": make_spec(4)}}, ROOT / "__main__.py")
+    recording, capacity = plan(
+        "t", {"config": {"proxmox-gpu-cluster:cluster": make_spec(4)}}, ROOT / "__main__.py", placeholder_secrets=True
+    )
     points = plan_document("t", recording, capacity)["rebootPoints"]
     assert sorted(n for n in points if n.endswith("-bootstrap-driver")) == [
         f"cluster-w{i}-bootstrap-driver" for i in range(4)

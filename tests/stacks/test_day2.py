@@ -221,14 +221,14 @@ def test_acs_override_defers_isolation_to_host_verify() -> None:
 
 
 def test_the_plan_says_which_nodes_may_reboot(capsys: Any) -> None:
-    assert main(["prod"]) == 0
+    assert main(["--placeholder-secrets", "prod"]) == 0
     text = capsys.readouterr().out
     assert "Disruption (what this stack may reboot, drain or replace; each step checks again):" in text
     assert "Proxmox node pve-a: may reboot only if its running kernel has the IOMMU off (Intel before kernel 6.8: " \
            "host prep adds intel_iommu=on) or a declared GPU will not come off its host driver at runtime, and only " \
            "when no VM or container runs on it" in text  # fmt: skip
     assert "cordoned, drained (at most 600 s, PodDisruptionBudgets respected), reset (kubeadm reset)" in text
-    assert main(["prod", "--json"]) == 0
+    assert main(["--placeholder-secrets", "prod", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["disruption"]["hosts"]["pve-b"] == {
         "mayReboot": "when-idle", "onlyIfKernelLacks": "", "onlyIfIommuOff": False,

@@ -31,7 +31,7 @@ def plan_cli(tmp_path: Path, data: str | bytes, *args: str) -> tuple[int, list[s
     path = tmp_path / "Pulumi.t.yaml"
     path.write_bytes(data if isinstance(data, bytes) else data.encode())
     proc = subprocess.run(
-        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "t", "--config", str(path), *args],
+        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "--placeholder-secrets", "t", "--config", str(path), *args],
         cwd=ROOT,
         capture_output=True,
         timeout=20,
@@ -219,7 +219,7 @@ def test_proxmox_access_refuses_hostile_files_the_same_way(tmp_path: Path, capsy
 
 def test_endless_or_huge_files_are_refused_without_reading_them_whole(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "t", "--config", "/dev/zero"],
+        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "--placeholder-secrets", "t", "--config", "/dev/zero"],
         cwd=ROOT,
         capture_output=True,
         text=True,

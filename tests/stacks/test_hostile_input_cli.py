@@ -28,16 +28,16 @@ def errors(capsys: pytest.CaptureFixture[str]) -> list[str]:
 def test_out_onto_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     file = tmp_path / "plan.txt"
     file.write_text("keep me")
-    assert main(["t", "--config", str(stack(tmp_path)), "--out", str(file)]) == 2
+    assert main(["--placeholder-secrets", "t", "--config", str(stack(tmp_path)), "--out", str(file)]) == 2
     assert errors(capsys) == [f"--out {file}: is a file; give a folder (created if missing)"]
-    assert main(["t", "--config", str(stack(tmp_path)), "--out", str(file / "sub")]) == 2
+    assert main(["--placeholder-secrets", "t", "--config", str(stack(tmp_path)), "--out", str(file / "sub")]) == 2
     assert errors(capsys) == [f"--out {file / 'sub'}: {file} is a file; give a folder (created if missing)"]
     assert file.read_text() == "keep me"
 
 
 @pytest.mark.parametrize("arg", ["pve1", "pve1:x.json", "=x.json", "pve1=", " = "])
 def test_pci_without_node_equals_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], arg: str) -> None:
-    assert main(["t", "--config", str(stack(tmp_path)), "--pci", arg]) == 2
+    assert main(["--placeholder-secrets", "t", "--config", str(stack(tmp_path)), "--pci", arg]) == 2
     assert errors(capsys) == [f"--pci {arg}: expected NODE=FILE (a Proxmox node name, '=', and its PCI device list)"]
 
 
@@ -53,13 +53,13 @@ def test_pci_without_node_equals_file(tmp_path: Path, capsys: pytest.CaptureFixt
     ],
 )
 def test_bad_diff_base(tmp_path: Path, capsys: pytest.CaptureFixture[str], ref: str, line: str) -> None:
-    assert main(["t", "--config", str(stack(tmp_path)), f"--diff-base={ref}"]) == 2
+    assert main(["--placeholder-secrets", "t", "--config", str(stack(tmp_path)), f"--diff-base={ref}"]) == 2
     assert errors(capsys) == [line]
 
 
 def test_no_git_on_path(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert main(["t", "--config", str(stack(tmp_path)), "--diff-base", "HEAD"]) == 2
+    assert main(["--placeholder-secrets", "t", "--config", str(stack(tmp_path)), "--diff-base", "HEAD"]) == 2
     assert errors(capsys) == [
         "--diff-base HEAD: git is not on PATH (it reads the stack file as it was at that revision)"
     ]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxmox_gpu_cluster.stacks.plan import main, plan, stack_config
+from proxmox_gpu_cluster.stacks.plan import main, plan
 from tests.support import ROOT, base_spec, make_vm_worker
 
 
@@ -23,7 +23,7 @@ def write_stack(tmp_path: Path, spec: dict[str, object], **extra: object) -> Pat
 
 
 def test_dev_stack_text_plan(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dev"]) == 0
+    assert main(["--placeholder-secrets", "dev"]) == 0
     out = capsys.readouterr().out
     assert "Offline plan of stack 'dev'" in out
     assert "pulumi:providers:proxmoxve" in out and "pulumi:providers:kubernetes" in out
@@ -37,7 +37,7 @@ def test_kubevirt_text_plan_marks_the_nested_path_experimental(
 ) -> None:
     raw = make_vm_worker(base_spec(), 2, "vm-vgpu", "A10-12Q")
     raw["kubevirt"]["nodes"] = [{"name": "bm-1", "workload": "vm-passthrough", "gpus": {"L4": 2}}]
-    assert main(["t", "--config", str(write_stack(tmp_path, raw))]) == 0
+    assert main(["--placeholder-secrets", "t", "--config", str(write_stack(tmp_path, raw))]) == 0
     out = capsys.readouterr().out
     assert "kubernetes:kubevirt.io/v1:KubeVirtPatch" in out
     rows = {line.split()[0]: line for line in out.splitlines()[1:] if line.startswith("  ts-1") or "bm-1" in line}
@@ -48,16 +48,16 @@ def test_kubevirt_text_plan_marks_the_nested_path_experimental(
 
 
 def test_kubevirt_example_vms(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["kubevirt", "--kubevirt-vms"]) == 0
+    assert main(["--placeholder-secrets", "kubevirt", "--kubevirt-vms"]) == 0
     vms = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [vm["kind"] for vm in vms] == ["VirtualMachine"]
-    assert main(["dev", "--kubevirt-vms"]) == 0
+    assert main(["--placeholder-secrets", "dev", "--kubevirt-vms"]) == 0
     assert capsys.readouterr().out == ""  # no KubeVirt in dev
 
 
 def test_json_plan_redacts_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_stack(tmp_path, base_spec(), **{"proxmox-gpu-cluster:kubeconfig": {"secure": "v1:abc"}})
-    assert main(["t", "--config", str(path), "--json"]) == 0
+    assert main(["--placeholder-secrets", "t", "--config", str(path), "--json"]) == 0
     raw = capsys.readouterr().out
     plan = json.loads(raw)
     assert "plan-placeholder" not in raw  # placeholders are secrets, so they never print
@@ -84,16 +84,16 @@ def test_json_plan_redacts_secrets(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_plan_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
-    main(["dev", "--json"])
+    main(["--placeholder-secrets", "dev", "--json"])
     first = capsys.readouterr().out
-    main(["dev", "--json"])
+    main(["--placeholder-secrets", "dev", "--json"])
     assert capsys.readouterr().out == first
 
 
 def test_json_plan_is_byte_identical_across_processes() -> None:
     def plan_json() -> str:
         proc = subprocess.run(
-            [sys.executable, "-m", "proxmox_gpu_cluster.plan", "dev", "--json"],
+            [sys.executable, "-m", "proxmox_gpu_cluster.plan", "--placeholder-secrets", "dev", "--json"],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -107,7 +107,7 @@ def test_json_plan_is_byte_identical_across_processes() -> None:
 
 def test_out_writes_one_yaml_per_resource(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "plan"
-    assert main(["dev", "--out", str(out)]) == 0
+    assert main(["--placeholder-secrets", "dev", "--out", str(out)]) == 0
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.yaml"))
     assert "pulumi_providers_kubernetes/cluster-kubernetes.yaml" in files
     assert yaml.safe_load((out / "pulumi_providers_kubernetes/cluster-kubernetes.yaml").read_text()) == {
@@ -123,7 +123,7 @@ def test_invalid_spec_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
     spec["proxmox"]["nodes"][0]["gpus"][0]["model"] = "A100"
     path = write_stack(tmp_path, spec)
     proc = subprocess.run(
-        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "t", "--config", str(path)],
+        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "--placeholder-secrets", "t", "--config", str(path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -142,20 +142,17 @@ def test_invalid_spec_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
 
 
 def test_unreadable_stack_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["nope", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert main(["--placeholder-secrets", "nope", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
-
-
-def test_stack_config_placeholders_are_secret() -> None:
-    config, secret_keys = stack_config({"config": {"proxmox-gpu-cluster:kubeconfig": {"secure": "x"}, "cluster": {}}})
-    assert config["proxmox-gpu-cluster:kubeconfig"] == "plan-placeholder-kubeconfig"
-    assert "proxmox-gpu-cluster:cluster" in config
-    assert set(secret_keys) >= {"proxmox-gpu-cluster:kubeconfig", "proxmox-gpu-cluster:sshPrivateKey"}
 
 
 def test_module_entry_point_runs_the_dev_plan() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "dev"], cwd=ROOT, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "proxmox_gpu_cluster.plan", "--placeholder-secrets", "dev"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Capacity" in proc.stdout
@@ -171,12 +168,17 @@ def test_kubevirt_docs_example_is_what_the_plan_prints_and_the_patch_permits(
         re.S,
     )
     assert block, "docs/kubevirt.md has the generated example block"
-    assert main(["kubevirt", "--kubevirt-vms"]) == 0
+    assert main(["--placeholder-secrets", "kubevirt", "--kubevirt-vms"]) == 0
     assert block[1] == capsys.readouterr().out, (
         "regenerate it: python -m proxmox_gpu_cluster.plan kubevirt --kubevirt-vms"
     )
     # Every device the example requests is one the stack's KubeVirt patch permits.
-    recording, _ = plan("kubevirt", yaml.safe_load((ROOT / "Pulumi.kubevirt.yaml").read_text()), ROOT / "__main__.py")
+    recording, _ = plan(
+        "kubevirt",
+        yaml.safe_load((ROOT / "Pulumi.kubevirt.yaml").read_text()),
+        ROOT / "__main__.py",
+        placeholder_secrets=True,
+    )
     devices = recording.one("kubernetes:kubevirt.io/v1:KubeVirtPatch").plain_inputs["spec"]["configuration"]
     permitted = {d["resourceName"] for kind in devices["permittedHostDevices"].values() for d in kind}
     requested = {
@@ -206,7 +208,7 @@ def test_pci_file_from_pvesh_feeds_the_preflight(tmp_path: Path, capsys: pytest.
     ]
     good = tmp_path / "pve1.json"
     good.write_text(json.dumps(devices))
-    assert main(["dev", "--json", "--pci", f"pve1={good}"]) == 0
+    assert main(["--placeholder-secrets", "dev", "--json", "--pci", f"pve1={good}"]) == 0
     plan_json = json.loads(capsys.readouterr().out)
     groups = {
         r["name"]: r["inputs"]["maps"][0]["iommuGroup"]
@@ -216,7 +218,7 @@ def test_pci_file_from_pvesh_feeds_the_preflight(tmp_path: Path, capsys: pytest.
     assert groups == {"cluster-pve1-pci-0000:41:00": 41, "cluster-pve1-pci-0000:81:00": 77}
     shared = tmp_path / "shared.json"
     shared.write_text(json.dumps([*devices, pvesh_device("0000:42:00.0", "8086", "1533", "0x020000", 41, "I210")]))
-    assert main(["dev", "--pci", f"pve1={shared}"]) == 2
+    assert main(["--placeholder-secrets", "dev", "--pci", f"pve1={shared}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("cluster.proxmox.nodes[0].gpus[0].pciPath: IOMMU group 41 of 0000:41:00 also holds")
     assert "0000:42:00.0" in err
@@ -231,5 +233,5 @@ def test_pci_file_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], arg
     (tmp_path / "ok.json").write_text("[]")
     (tmp_path / "bad.json").write_text('{"devices": []}')
     paths = {"file": tmp_path / "ok.json", "missing": tmp_path / "nope.json", "bad": tmp_path / "bad.json"}
-    assert main(["dev", "--pci", arg.format(**paths)]) == 2
+    assert main(["--placeholder-secrets", "dev", "--pci", arg.format(**paths)]) == 2
     assert message in capsys.readouterr().err

@@ -146,11 +146,11 @@ def bumped(path: Path) -> Path:
 
 def test_the_cli_compares_the_stack_file_with_another(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = bumped(tmp_path / "Pulumi.next.yaml")
-    assert main(["dev", "--main", str(ROOT), "--diff-config", str(other)]) == 0
+    assert main(["--placeholder-secrets", "dev", "--main", str(ROOT), "--diff-config", str(other)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("0 to add, 4 to update, 0 to replace, 0 to remove\n")
     assert "2 GPU node(s) drained and changed, 1 at a time (2 round(s)): gpu-a10-1, gpu-a100-1" in text
-    assert main(["dev", "--main", str(ROOT), "--diff-config", str(other), "--json"]) == 0
+    assert main(["--placeholder-secrets", "dev", "--main", str(ROOT), "--diff-config", str(other), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["summary"]["nodesRolled"] == ["gpu-a10-1", "gpu-a100-1"]
     assert {c["action"] for c in document["changes"]} == {"update"}
@@ -163,9 +163,26 @@ def test_the_cli_compares_with_a_git_revision(tmp_path: Path, capsys: pytest.Cap
     for command in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
         subprocess.run([str(git), "-C", str(tmp_path), *command], check=True)
     bumped(stack)
-    assert main(["dev", "--main", str(ROOT), "--config", str(stack), "--diff-base", "HEAD", "--markdown"]) == 0
+    assert (
+        main(
+            [
+                "--placeholder-secrets",
+                "dev",
+                "--main",
+                str(ROOT),
+                "--config",
+                str(stack),
+                "--diff-base",
+                "HEAD",
+                "--markdown",
+            ]
+        )
+        == 0
+    )
     assert "- 2 GPU node(s) drained and changed" in capsys.readouterr().out
-    assert main(["dev", "--main", str(ROOT), "--config", str(stack), "--diff-base", "nope"]) == 2
+    assert (
+        main(["--placeholder-secrets", "dev", "--main", str(ROOT), "--config", str(stack), "--diff-base", "nope"]) == 2
+    )
     assert "--diff-base nope: Pulumi.dev.yaml: fatal:" in capsys.readouterr().err
 
 

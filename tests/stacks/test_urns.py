@@ -36,7 +36,7 @@ def pin_name(directory: Path, stack: str) -> str:
 def recorded(directory: Path, stack: str) -> Recording:
     program = find_program(directory)
     document = yaml.safe_load((directory / f"Pulumi.{stack}.yaml").read_text())
-    recording, _ = plan(stack, document, program.main, project=program.project)
+    recording, _ = plan(stack, document, program.main, project=program.project, placeholder_secrets=True)
     return recording
 
 
@@ -123,7 +123,7 @@ def test_resources_moved_under_gpucluster_keep_their_identity(stack: str) -> Non
     """Before GpuCluster the stacks registered their resources at the root; the aliases map every one of those URNs
     to exactly one resource now, so `pulumi up` moves them instead of replacing VMs, mappings and releases."""
     document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
-    recording, _ = plan(stack, document, ROOT / "__main__.py")
+    recording, _ = plan(stack, document, ROOT / "__main__.py", placeholder_secrets=True)
     # The mock qualifies a root resource's type with the stack's ("pulumi:pulumi:Stack$..."); the engine does not
     # (the root stack is never part of a type chain), and alias URNs follow the engine.
     pinned = (BEFORE / f"{stack}.txt").read_text().splitlines()
@@ -135,7 +135,7 @@ def test_resources_moved_under_gpucluster_keep_their_identity(stack: str) -> Non
 
 def test_the_alias_check_would_catch_a_missing_alias() -> None:
     document = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
-    recording, _ = plan("dev", document, ROOT / "__main__.py")
+    recording, _ = plan("dev", document, ROOT / "__main__.py", placeholder_secrets=True)
     for r in recording.resources:
         if r.name == "cluster-gpu-a10-1":
             r.aliases = []  # as if this worker's VM component had been moved without one
