@@ -78,19 +78,18 @@ def proxmox_provider(
 def needed_secrets(spec: ClusterSpec) -> dict[str, str]:
     """``Secrets`` field -> why ``spec`` needs it: the one rule behind ``GpuClusterArgs`` and the stack's config
     (``stacks/config.py`` ``required_secrets``)."""
-    px = spec.proxmox
-    needed = {} if px.ssh_agent else {"ssh_private_key": "SSH to the Proxmox nodes and guests (or proxmox.sshAgent)"}
-    needed["kubeconfig"] = "the kubeconfig of the target cluster"
-    if px.auth_mode == "token":
-        needed["proxmox_api_token"] = "the Proxmox API token (proxmox.authMode token)"
-    else:
-        needed["proxmox_password"] = "the password of proxmox.username (proxmox.authMode password)"
-    if spec.kubernetes.join_method == "kubeadm":
-        needed["join_token"] = "the kubeadm bootstrap token (kubernetes.joinMethod kubeadm)"
-        needed["ca_cert_hash"] = "the kubeadm discovery CA cert hash (kubernetes.joinMethod kubeadm)"
-    if spec.kubevirt.vgpu_manager is not None:
-        needed["vgpu_registry_password"] = "the vGPU Manager registry's password (kubevirt.vgpuManager)"
-    return needed
+    px, token, kubeadm = spec.proxmox, spec.proxmox.auth_mode == "token", spec.kubernetes.join_method == "kubeadm"
+    rules = [
+        ("ssh_private_key", not px.ssh_agent, "SSH to the Proxmox nodes and guests (or proxmox.sshAgent)"),
+        ("kubeconfig", True, "the kubeconfig of the target cluster"),
+        ("proxmox_api_token", token, "the Proxmox API token (proxmox.authMode token)"),
+        ("proxmox_password", not token, "the password of proxmox.username (proxmox.authMode password)"),
+        ("join_token", kubeadm, "the kubeadm bootstrap token (kubernetes.joinMethod kubeadm)"),
+        ("ca_cert_hash", kubeadm, "the kubeadm discovery CA cert hash (kubernetes.joinMethod kubeadm)"),
+        ("vgpu_registry_password", spec.kubevirt.vgpu_manager is not None,
+         "the vGPU Manager registry's password (kubevirt.vgpuManager)"),
+    ]  # fmt: skip
+    return {field: why for field, needed, why in rules if needed}
 
 
 def ssh_key(spec: ClusterSpec, secrets: Secrets, component: str = "GpuCluster") -> pulumi.Output[str] | None:
