@@ -32,12 +32,13 @@ def install_agent(
     kind: str,
     *,
     connection: command.remote.ConnectionArgs,
-    provider: command.Provider,
     parent: pulumi.Resource,
+    provider: command.Provider | None = None,
     replace_with: Sequence[pulumi.Resource] = (),
     depends_on: Sequence[pulumi.Resource] = (),
 ) -> command.remote.CopyToRemote:
-    """Copy the agent of ``kind`` (``guest`` or ``host``) to ``~/.proxmox-gpu-cluster/agent`` on the machine."""
+    """Copy the agent of ``kind`` (``guest`` or ``host``) to ``~/.proxmox-gpu-cluster/agent`` on the machine.
+    ``provider``: None takes the parent's (a component's ``opts.provider``)."""
     return command.remote.CopyToRemote(
         name,
         command.remote.CopyToRemoteArgs(
@@ -55,14 +56,23 @@ def agent_unless_installed(
     kind: str,
     *,
     connection: command.remote.ConnectionArgs,
-    provider: command.Provider,
     parent: pulumi.Resource,
+    provider: command.Provider | None = None,
     replace_with: Sequence[pulumi.Resource] = (),
+    depends_on: Sequence[pulumi.Resource] = (),
 ) -> list[pulumi.Resource]:
     """What a component's step on a machine waits for besides its caller's dependencies: nothing when another
     component ``installed`` the agent there (the caller names that copy), else this component's own copy."""
     if installed:
         return []
     return [
-        install_agent(name, kind, connection=connection, provider=provider, parent=parent, replace_with=replace_with)
+        install_agent(
+            name,
+            kind,
+            connection=connection,
+            provider=provider,
+            parent=parent,
+            replace_with=replace_with,
+            depends_on=depends_on,
+        )
     ]

@@ -12,10 +12,15 @@ from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
-from proxmox_gpu_cluster.guest.capacity_gate import GateTarget, NodeCapacityGate, NodeCapacityGates
-from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
+from proxmox_gpu_cluster.guest.capacity_gate import (
+    GateTarget,
+    NodeCapacityGate,
+    NodeCapacityGates,
+    NodeCapacityGatesArgs,
+)
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
 from proxmox_gpu_cluster.guest.mig_rollout import MigRollout, MigVm
-from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
+from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement, WorkerRetirementArgs
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 
 MIG_LABEL = "nvidia.com/mig.config"
@@ -38,15 +43,16 @@ def build_guests(
             continue
         bootstraps[worker.name] = GuestBootstrap(
             f"{prefix}-{worker.name}-bootstrap",
-            adapters.bootstrap(spec, worker),
-            provider=provider,
-            host=vm.ip_address,
-            user=worker.ssh_user,
-            ssh_private_key=secrets.ssh_private_key,
-            join_token=secrets.join_token,
-            ca_cert_hash=secrets.ca_cert_hash,
-            replace_with=[vm.vm],
-            opts=opts,
+            GuestBootstrapArgs(
+                bootstrap=adapters.bootstrap(spec, worker),
+                host=vm.ip_address,
+                user=worker.ssh_user,
+                ssh_private_key=secrets.ssh_private_key,
+                join_token=secrets.join_token,
+                ca_cert_hash=secrets.ca_cert_hash,
+                replace_with=(vm.vm,),
+            ),
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(provider=provider)),
         )
     return bootstraps
 
@@ -129,23 +135,23 @@ def build_capacity_gates(
             host=bootstrap.host,
             user=worker.ssh_user,
             device_plugin_config=stack.device_plugin.node_config.get(worker.name) if not worker.dra else None,
-            ready=[*([patch] if patch is not None else []), bootstrap.agent],
-            replace_with=[bootstrap.final_step],
+            ready=(*([patch] if patch is not None else []), bootstrap.agent),
+            replace_with=(bootstrap.final_step,),
             agent_installed=True,
         )
     if not targets:
         return {}
     group = NodeCapacityGates(
         f"{prefix}-capacity-gates",
-        targets,
-        provider=provider,
-        ssh_private_key=secrets.ssh_private_key,
-        timeout_seconds=seconds,
-        after=after,
-        child_prefix=prefix,
-        # Until 2026-11 the gates were direct children of the cluster component.
-        child_aliases=[pulumi.Alias(parent=opts.parent)] if opts.parent is not None else [],
-        opts=opts,
+        NodeCapacityGatesArgs(
+            targets=targets,
+            ssh_private_key=secrets.ssh_private_key,
+            timeout_seconds=seconds,
+            child_prefix=prefix,
+            # Until 2026-11 the gates were direct children of the cluster component.
+            child_aliases=(pulumi.Alias(parent=opts.parent),) if opts.parent is not None else (),
+        ),
+        pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(provider=provider, depends_on=after)),
     )
     return group.gates
 
@@ -176,20 +182,24 @@ def build_retirements(
             after.append(labels.patches[worker.name])
         out[worker.name] = WorkerRetirement(
             f"{prefix}-{worker.name}-retirement",
-            node_name=worker.name,
-            vmid=worker.vmid,
-            host=spec.node(worker.node).ssh_address,
-            ssh_user=spec.proxmox.ssh_user,
-            guest_user=worker.ssh_user,
-            ssh_private_key=secrets.ssh_private_key,
-            api_endpoint=spec.kubernetes.api_endpoint,
-            drain=spec.kubernetes.drain,
-            kubeadm_reset=spec.kubernetes.join_method == "kubeadm",
-            provider=provider,
-            protect=worker.protect,
-            replace_with=[vm.vm],
-            depends_on=[*after, layer.host_agents[worker.node]],
-            host_agent_installed=True,
-            opts=opts,
+            WorkerRetirementArgs(
+                node_name=worker.name,
+                vmid=worker.vmid,
+                host=spec.node(worker.node).ssh_address,
+                ssh_user=spec.proxmox.ssh_user,
+                guest_user=worker.ssh_user,
+                ssh_private_key=secrets.ssh_private_key,
+                api_endpoint=spec.kubernetes.api_endpoint,
+                drain=spec.kubernetes.drain,
+                kubeadm_reset=spec.kubernetes.join_method == "kubeadm",
+                replace_with=(vm.vm,),
+                host_agent_installed=True,
+            ),
+            pulumi.ResourceOptions.merge(
+                opts,
+                pulumi.ResourceOptions(
+                    provider=provider, protect=worker.protect, depends_on=[*after, layer.host_agents[worker.node]]
+                ),
+            ),
         )
     return out

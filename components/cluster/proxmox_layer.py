@@ -13,9 +13,9 @@ from proxmox_gpu_cluster.core.iommu import NodePreflight
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.node_agent import install_agent
 from proxmox_gpu_cluster.outputs import item
-from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles
+from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles, WorkerBootFilesArgs
 from proxmox_gpu_cluster.proxmox.host_gpu_prep import ProxmoxHostGpuPrep
-from proxmox_gpu_cluster.proxmox.pci_mapping import GpuPciMappings, run_preflight
+from proxmox_gpu_cluster.proxmox.pci_mapping import GpuPciMappings, GpuPciMappingsArgs, run_preflight
 from proxmox_gpu_cluster.proxmox.worker_vm import GpuWorkerVm
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
@@ -73,12 +73,12 @@ def build_proxmox(
         workers = [w for w in spec.workers if w.node == node.name]
         mappings = GpuPciMappings(
             f"{prefix}-{node.name}-pci",
-            node,
-            result,
-            provider=proxmox,
-            verified_groups=prep.groups if prep is not None and result.check == "host-verify" else None,
-            depends_on=after_prep,
-            opts=child,
+            GpuPciMappingsArgs(
+                node=node,
+                result=result,
+                verified_groups=prep.groups if prep is not None and result.check == "host-verify" else None,
+            ),
+            pulumi.ResourceOptions(parent=parent, provider=proxmox, depends_on=after_prep),
         )
         if not workers:
             continue
@@ -93,11 +93,12 @@ def build_proxmox(
         host_agents[node.name] = agent
         files = WorkerBootFiles(
             f"{prefix}-{node.name}-boot-files",
-            node.name,
-            [w.image for w in workers],
-            snippet_datastore=node.snippet_datastore,
-            provider=proxmox,
-            opts=child,
+            WorkerBootFilesArgs(
+                node_name=node.name,
+                images=tuple(w.image for w in workers),
+                snippet_datastore=node.snippet_datastore,
+            ),
+            pulumi.ResourceOptions(parent=parent, provider=proxmox),
         )
         for worker in workers:
             url = worker.image.cloud_image_url

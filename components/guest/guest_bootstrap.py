@@ -6,8 +6,12 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_command as command
+from pydantic import Field, model_validator
 
+from proxmox_gpu_cluster.args import ComponentArgs, Input
+from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
+from proxmox_gpu_cluster.core.spec_base import HostName
 from proxmox_gpu_cluster.node_agent import caller_dependencies, install_agent
 from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
 from proxmox_gpu_cluster.render.guest_scripts import (
@@ -29,6 +33,43 @@ def driver_version_of(verification: str | None) -> str:
         if line.startswith("verify: driver: "):
             return line.removeprefix("verify: driver: ").strip()
     return ""
+
+
+class GuestBootstrapArgs(ComponentArgs):
+    """What makes a reachable Ubuntu machine a GPU node, and how to reach it."""
+
+    bootstrap: GuestBootstrapSpec = Field(description="The node: its name, GPUs, driver, runtime and join settings.")
+    host: Input[HostName] = Field(
+        description="The address the steps connect to; pass an output of the machine (``GpuWorkerVm.ip_address``) "
+        "so the steps wait for it."
+    )
+    user: str = Field(description="SSH user on the machine (root, or passwordless sudo).")
+    ssh_private_key: Input[str] | None = Field(
+        description="SSH private key (a secret); None means the ssh-agent (``proxmox.sshAgent``): no step "
+        "carries a key."
+    )
+    join_token: Input[str] | None = Field(
+        default=None, description="kubeadm bootstrap token (join method kubeadm); kept secret whatever is passed."
+    )
+    ca_cert_hash: Input[str] | None = Field(
+        default=None, description="kubeadm discovery CA cert hash (join method kubeadm); kept secret."
+    )
+    port: int = Field(default=22, ge=1, le=65535, description="SSH port.")
+    replace_with: Sequence[pulumi.Resource] = Field(
+        default=(),
+        description="Resources whose replacement means a fresh machine (the VM): every step runs again. A per-child "
+        "option that ``opts`` cannot carry.",
+    )
+
+    @model_validator(mode="after")
+    def _join_secrets(self) -> GuestBootstrapArgs:
+        if self.bootstrap.join_method == "kubeadm":
+            missing = [f for f in ("join_token", "ca_cert_hash") if getattr(self, f) is None]
+            if missing:
+                raise SpecViolations(
+                    Problem(f, "join method kubeadm (bootstrap.join_method) needs it") for f in missing
+                )
+        return self
 
 
 class GuestBootstrap(pulumi.ComponentResource):
@@ -67,39 +108,19 @@ class GuestBootstrap(pulumi.ComponentResource):
     """The last step (verify). It is replaced whenever the chain starts over on a fresh machine, so whatever must be
     applied again to a new machine (its node labels) can name it in ``replace_with``."""
 
-    def __init__(
-        self,
-        name: str,
-        bootstrap: GuestBootstrapSpec,
-        *,
-        provider: command.Provider,
-        host: pulumi.Input[str],
-        user: str,
-        ssh_private_key: pulumi.Input[str] | None,
-        join_token: pulumi.Input[str] | None = None,
-        ca_cert_hash: pulumi.Input[str] | None = None,
-        port: int = 22,
-        replace_with: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``host``: address to connect to; pass an output of the machine (e.g. ``GpuWorkerVm.ip_address``) so
-        the steps wait for it. ``replace_with``: resources whose replacement means a fresh host (the VM), which
-        makes every step run again. ``join_token``/``ca_cert_hash``: required for join method kubeadm; kept
-        secret whatever is passed. A rollout (``bootstrap.rollout``) acts as the node itself, with kubelet's credential
-        on the machine: pass the cluster's ``NodeStepAccess`` (its RBAC) in ``opts.depends_on``, which the agent
-        copy, and so every step, waits for. ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``),
-        and no step carries a key."""
+    def __init__(self, name: str, args: GuestBootstrapArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the command provider in ``opts.provider`` (every step inherits it); ``opts.depends_on`` reaches
+        the agent copy, and so every step: with a rollout (``bootstrap.rollout``) the steps act as the node itself,
+        with kubelet's credential on the machine, so pass the cluster's ``NodeStepAccess`` (its RBAC) there."""
         super().__init__("proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap", name, None, opts)
+        bootstrap, host, user, port, replace_with = args.bootstrap, args.host, args.user, args.port, args.replace_with
         kubeadm = bootstrap.join_method == "kubeadm"
-        if kubeadm and (join_token is None or ca_cert_hash is None):
-            raise ValueError("join method kubeadm needs join_token and ca_cert_hash")
-        connection = ssh_connection(host, user, ssh_private_key, port)
+        connection = ssh_connection(host, user, args.ssh_private_key, port)
 
         self.agent = install_agent(
             f"{name}-agent",
             "guest",
             connection=connection,
-            provider=provider,
             parent=self,
             replace_with=replace_with,
             depends_on=caller_dependencies(opts),
@@ -126,7 +147,6 @@ class GuestBootstrap(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    provider=provider,
                     depends_on=[after],
                     replace_with=list(replace_with),
                     additional_secret_outputs=["stdin", "stdout", "stderr"] if secret else None,
@@ -146,13 +166,11 @@ class GuestBootstrap(pulumi.ComponentResource):
             f"{name}-driver-wait",
             # An input, not a trigger: a new driver output updates this step (it runs again) in place.
             reboot_wait_args(host, port, driver.stdout),
-            opts=pulumi.ResourceOptions(
-                parent=self, provider=provider, depends_on=[driver], replace_with=list(replace_with)
-            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[driver], replace_with=list(replace_with)),
         )
         last: pulumi.Resource = step("runtime", runtime_args(bootstrap), wait, None)
         if kubeadm:
-            stdin = pulumi.Output.all(join_token, ca_cert_hash).apply(
+            stdin = pulumi.Output.all(args.join_token, args.ca_cert_hash).apply(
                 lambda values: secrets_stdin({JOIN_TOKEN_VAR: values[0], CA_CERT_HASH_VAR: values[1]})
             )
             last = step("join", join_args(bootstrap), last, pulumi.Output.secret(stdin), secret=True)

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pulumi
 import pulumi_proxmoxve as proxmoxve
+from pydantic import Field
 
+from proxmox_gpu_cluster.args import ComponentArgs
 from proxmox_gpu_cluster.core.names import StackScope, short_hash
 from proxmox_gpu_cluster.core.spec import Image
+from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.outputs import current_scope
 from proxmox_gpu_cluster.render.cloud_init import vendor_data
+
+
+class WorkerBootFilesArgs(ComponentArgs):
+    """What one Proxmox node's boot files are made of."""
+
+    node_name: str = Field(
+        description="The Proxmox node the files go to (a plain name: it is part of the files' names)."
+    )
+    images: tuple[Image, ...] = Field(
+        description="The boot images of the node's workers (template clones and repeats are skipped)."
+    )
+    snippet_datastore: str = Field(default="local", description="A datastore with the snippets content type.")
+    scope: StackScope | None = Field(
+        default=None, description="The project and stack the file names belong to (default: this program's)."
+    )
 
 
 class WorkerBootFiles(pulumi.ComponentResource):
@@ -33,28 +49,18 @@ class WorkerBootFiles(pulumi.ComponentResource):
     image_file_ids: pulumi.Output[dict[str, str]]
     """Cloud image URL -> volume id."""
 
-    def __init__(
-        self,
-        name: str,
-        node_name: str,
-        images: Sequence[Image],
-        *,
-        snippet_datastore: str = "local",
-        provider: proxmoxve.Provider,
-        scope: StackScope | None = None,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``node_name``: the Proxmox node the files go to. ``images``: the boot images of the node's workers
-        (template clones and repeats are skipped). ``snippet_datastore``: a datastore with the snippets content
-        type. ``scope``: the project and stack the file names belong to (default: this program's)."""
+    def __init__(self, name: str, args: WorkerBootFilesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the Proxmox provider in ``opts.provider`` (the children inherit it); ``opts.depends_on`` reaches
+        every file."""
         super().__init__("proxmox-gpu-cluster:boot_files:WorkerBootFiles", name, None, opts)
-        scope = scope or current_scope()
-        child = pulumi.ResourceOptions(parent=self, provider=provider)
+        scope = args.scope or current_scope()
+        node_name = args.node_name
+        child = pulumi.ResourceOptions(parent=self, depends_on=caller_dependencies(opts))
         snippet = proxmoxve.FileLegacy(
             f"{name}-vendor-data",
             proxmoxve.FileLegacyArgs(
                 node_name=node_name,
-                datastore_id=snippet_datastore,
+                datastore_id=args.snippet_datastore,
                 content_type="snippets",
                 source_raw=proxmoxve.FileLegacySourceRawArgs(
                     data=vendor_data(), file_name=scope.snippet_file_name(node_name)
@@ -63,7 +69,7 @@ class WorkerBootFiles(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(delete_before_replace=True)),
         )
         ids: dict[str, pulumi.Output[str]] = {}
-        for image in images:
+        for image in args.images:
             url = image.cloud_image_url
             if url is None or url in ids:
                 continue

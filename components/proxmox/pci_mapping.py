@@ -8,15 +8,18 @@ mappings keep that deterministic, and replacing one card touches only its own ma
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import pulumi
 import pulumi_proxmoxve as proxmoxve
+from pydantic import Field, model_validator
 
-from proxmox_gpu_cluster.core.errors import Problem, SpecError
+from proxmox_gpu_cluster.args import ComponentArgs, Input
+from proxmox_gpu_cluster.core.errors import Problem, SpecError, SpecViolations
 from proxmox_gpu_cluster.core.iommu import NodePreflight, PciDevice, pci_device, preflight
 from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.core.spec import ClusterSpec, ProxmoxNode
+from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.outputs import current_scope, item
 
 
@@ -70,6 +73,39 @@ def run_preflight(
     return results
 
 
+class GpuPciMappingsArgs(ComponentArgs):
+    """One node's passthrough GPUs and what its IOMMU preflight found."""
+
+    node: ProxmoxNode = Field(description="The Proxmox node as the spec describes it.")
+    result: NodePreflight = Field(description="The node's IOMMU preflight (``run_preflight``), without problems.")
+    scope: StackScope | None = Field(
+        default=None, description="The project and stack the mapping ids belong to (default: this program's)."
+    )
+    verified_groups: Input[Mapping[str, int]] | None = Field(
+        default=None,
+        description="PCI path -> IOMMU group from host prep's verify step (``ProxmoxHostGpuPrep.groups``), used "
+        "when the preflight deferred the isolation check (IOMMU not yet on, or the ACS override requested).",
+    )
+
+    @model_validator(mode="after")
+    def _matches_node(self) -> GpuPciMappingsArgs:
+        problems = [Problem("result.problems", f"the preflight found {len(self.result.problems)} problem(s); "
+                            "run_preflight raises them")] if self.result.problems else []  # fmt: skip
+        if self.result.node != self.node.name:
+            problems.append(
+                Problem("result.node", f"expected {self.node.name!r} (node.name), saw {self.result.node!r}")
+            )
+        declared = {g.name for _, g in self.node.passthrough_gpus}
+        problems += [
+            Problem(f"result.gpus[{i}].gpu", f"node {self.node.name} passes through no GPU {p.gpu!r} "
+                    f"(known: {', '.join(sorted(declared)) or 'none'})")
+            for i, p in enumerate(self.result.gpus) if p.gpu not in declared
+        ]  # fmt: skip
+        if problems:
+            raise SpecViolations(problems)
+        return self
+
+
 class GpuPciMappings(pulumi.ComponentResource):
     """A ``proxmoxve.hardware.mapping.Pci`` per passthrough GPU of one node: every GPU the node declares except the
     console GPU, claimed by a worker or not, so adding or removing workers never adds or removes mappings.
@@ -84,31 +120,21 @@ class GpuPciMappings(pulumi.ComponentResource):
     by_gpu: dict[str, proxmoxve.hardware.mapping.Pci]
     """GPU name -> its mapping resource: a VM names and waits for the mappings of its own GPUs only."""
 
-    def __init__(
-        self,
-        name: str,
-        node: ProxmoxNode,
-        result: NodePreflight,
-        *,
-        provider: proxmoxve.Provider,
-        scope: StackScope | None = None,
-        verified_groups: pulumi.Input[Mapping[str, int]] | None = None,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``result``: the node's IOMMU preflight. ``scope``: the project and stack the mapping ids belong to
-        (default: this program's). ``verified_groups``: PCI path -> group from host prep's verify step, used when
-        the preflight deferred the isolation check (IOMMU not yet on, or the ACS override requested)."""
+    def __init__(self, name: str, args: GpuPciMappingsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the Proxmox provider in ``opts.provider`` (the children inherit it); ``opts.depends_on`` (host
+        prep, when the mappings take its verified groups) reaches every mapping."""
         super().__init__("proxmox-gpu-cluster:pci_mapping:GpuPciMappings", name, None, opts)
-        scope = scope or current_scope()
+        node, result = args.node, args.result
+        scope = args.scope or current_scope()
         gpus = {g.name: g for _, g in node.passthrough_gpus}
+        child = pulumi.ResourceOptions(parent=self, depends_on=caller_dependencies(opts))
         names: dict[str, pulumi.Output[str]] = {}
         self.by_gpu = {}
         for placement in result.gpus:
             gpu = gpus[placement.gpu]
             group: pulumi.Input[int] | None = placement.iommu_group
-            if group is None and verified_groups is not None:
-                group = item(verified_groups, placement.slot)
+            if group is None and args.verified_groups is not None:
+                group = item(args.verified_groups, placement.slot)
             mapping = proxmoxve.hardware.mapping.Pci(
                 f"{name}-{gpu.pci_path}",
                 proxmoxve.hardware.mapping.PciArgs(
@@ -125,7 +151,7 @@ class GpuPciMappings(pulumi.ComponentResource):
                         )
                     ],
                 ),
-                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+                opts=child,
             )
             names[gpu.name] = mapping.name
             self.by_gpu[gpu.name] = mapping

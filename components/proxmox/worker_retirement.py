@@ -6,13 +6,45 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_command as command
+from pydantic import Field
 
+from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.spec import DrainSpec
-from proxmox_gpu_cluster.node_agent import agent_unless_installed
+from proxmox_gpu_cluster.core.spec_base import ApiEndpoint, HostName, Name
+from proxmox_gpu_cluster.node_agent import agent_unless_installed, caller_dependencies
 from proxmox_gpu_cluster.render.agent_bundle import installed_step, step_command
 from proxmox_gpu_cluster.render.guest_scripts import drain_args
 from proxmox_gpu_cluster.render.host_scripts import retire_args
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
+
+
+class WorkerRetirementArgs(ComponentArgs):
+    """Which worker VM's node to retire, and how to reach the VM's Proxmox node."""
+
+    node_name: Input[Name] = Field(description="The Kubernetes node: the VM name (``GpuWorkerVm.node_name``).")
+    vmid: Input[int] = Field(description="The VM's Proxmox id (``GpuWorkerVm.vm_id``).")
+    host: Input[HostName] = Field(description="SSH address of the Proxmox node the VM runs on.")
+    ssh_user: str = Field(description="SSH user on that Proxmox node (root, or passwordless sudo).")
+    guest_user: str = Field(description="The guest's SSH user (its home holds the guest's agent copy).")
+    ssh_private_key: Input[str] | None = Field(
+        description="SSH private key (a secret); None means the ssh-agent (``proxmox.sshAgent``): no step "
+        "carries a key."
+    )
+    api_endpoint: ApiEndpoint = Field(
+        description="The API server ``host:port`` the node joined through (kubectl in the guest uses it)."
+    )
+    drain: DrainSpec = Field(description="How the node is drained.")
+    kubeadm_reset: bool = Field(description="The node joined with kubeadm: ``kubeadm reset`` after the drain.")
+    replace_with: Sequence[pulumi.Resource] = Field(
+        default=(),
+        description="The VM (``GpuWorkerVm.vm``): replacing it (delete first) takes this step with it, so the drain "
+        "runs before the old VM goes. A per-child option that ``opts`` cannot carry.",
+    )
+    host_agent_installed: bool = Field(
+        default=False,
+        description="The node agent is already on the Proxmox node (its copy in ``opts.depends_on``); otherwise "
+        "this component installs it (``<name>-host-agent``).",
+    )
 
 
 class WorkerRetirement(pulumi.ComponentResource):
@@ -22,7 +54,7 @@ class WorkerRetirement(pulumi.ComponentResource):
     block), deletion of the Node object, ``kubeadm reset``. Its create step proves the guest agent
     answers and the drain step is installed.
 
-    Order comes from the dependency graph: pass the node's bootstrap and label patch in ``depends_on`` (this is
+    Order comes from the dependency graph: pass the node's bootstrap and label patch in ``opts.depends_on`` (this is
     deleted before them, so nothing is taken from a node that still runs pods, and the guest's agent copy is in place
     whenever the command changes), and the VM in ``replace_with`` (a replaced VM, which is deleted first, takes this
     with it, so the drain runs before the old VM goes). A VM that is already down, or whose agent no longer answers,
@@ -30,48 +62,34 @@ class WorkerRetirement(pulumi.ComponentResource):
     to run.
 
     The guest acts as the node itself (kubelet's credential there, with the cluster's ``NodeStepAccess``: put it
-    in ``depends_on`` too), so no credential passes through this step; ``protect`` should follow the VM's, so
-    removing a protected worker stops before anything is drained.
+    in ``opts.depends_on`` too), so no credential passes through this step; ``opts.protect`` should follow the VM's
+    (the step inherits it), so removing a protected worker stops before anything is drained.
     """
 
     ready: pulumi.Output[str]
     """The create step's report (``retire: ready: ...``)."""
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        node_name: str,
-        vmid: int,
-        host: pulumi.Input[str],
-        ssh_user: str,
-        guest_user: str,
-        ssh_private_key: pulumi.Input[str] | None,
-        api_endpoint: str,
-        drain: DrainSpec,
-        kubeadm_reset: bool,
-        provider: command.Provider,
-        protect: bool = False,
-        replace_with: Sequence[pulumi.Resource] = (),
-        depends_on: Sequence[pulumi.Resource] = (),
-        host_agent_installed: bool = False,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``node_name``: the Kubernetes node (the VM name). ``host``/``ssh_user``: the Proxmox node the VM runs on
-        (root, or passwordless sudo). ``api_endpoint``: the API server ``host:port`` the node joined through (kubectl
-        in the guest uses it). ``kubeadm_reset``: the node joined with kubeadm. ``ssh_private_key``: None means the
-        ssh-agent (``proxmox.sshAgent``), and no step carries a key."""
+    def __init__(self, name: str, args: WorkerRetirementArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the command provider in ``opts.provider``; ``opts.depends_on`` (the node's bootstrap, label
+        patch, ``NodeStepAccess``) reaches the step; ``opts.protect`` reaches it too."""
         super().__init__("proxmox-gpu-cluster:worker_retirement:WorkerRetirement", name, None, opts)
-        guest = drain_args(node_name, api_endpoint, drain, kubeadm_reset)
-        guest_step = installed_step(guest_user, "drain")
+        a = args
+        guest_step = installed_step(a.guest_user, "drain")
 
-        def run(*, check: bool) -> str:
-            args = retire_args(vmid, node_name, drain.timeout_seconds, guest_step, guest, check=check)
-            return step_command(ssh_user, "retire", args)
+        def run(check: bool) -> pulumi.Input[str]:
+            def build(node: str, vmid: int) -> str:
+                guest = drain_args(node, a.api_endpoint, a.drain, a.kubeadm_reset)
+                args = retire_args(vmid, node, a.drain.timeout_seconds, guest_step, guest, check=check)
+                return step_command(a.ssh_user, "retire", args)
 
-        connection = ssh_connection(host, ssh_user, ssh_private_key)
-        after = [*depends_on, *agent_unless_installed(
-            host_agent_installed, f"{name}-host-agent", "host", connection=connection, provider=provider, parent=self
+            if isinstance(a.node_name, str) and isinstance(a.vmid, int):
+                return build(a.node_name, a.vmid)  # plain values: a plain command
+            return pulumi.Output.all(a.node_name, a.vmid).apply(lambda v: build(str(v[0]), int(v[1])))
+
+        connection = ssh_connection(a.host, a.ssh_user, a.ssh_private_key)
+        after = [*caller_dependencies(opts), *agent_unless_installed(
+            a.host_agent_installed, f"{name}-host-agent", "host", connection=connection, parent=self,
+            depends_on=caller_dependencies(opts),
         )]  # fmt: skip
         step = command.remote.Command(
             f"{name}-drain",
@@ -82,13 +100,7 @@ class WorkerRetirement(pulumi.ComponentResource):
                 # The delete step would otherwise get the create step's output in its environment.
                 add_previous_output_in_env=False,
             ),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=provider,
-                protect=protect,
-                replace_with=list(replace_with),
-                depends_on=after,
-            ),
+            opts=pulumi.ResourceOptions(parent=self, replace_with=list(a.replace_with), depends_on=after),
         )
         self.ready = step.stdout
         self.register_outputs({"ready": self.ready})

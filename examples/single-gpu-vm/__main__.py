@@ -7,9 +7,9 @@ import pulumi_proxmoxve as proxmoxve
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.guest_spec import ExpectedGpu, GuestBootstrapSpec
 from proxmox_gpu_cluster.core.worker_spec import Worker
-from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
 from proxmox_gpu_cluster.outputs import item
-from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles
+from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles, WorkerBootFilesArgs
 from proxmox_gpu_cluster.proxmox.worker_vm import GpuWorkerVm, WorkerVmArgs
 from proxmox_gpu_cluster.stacks.config import load_model
 
@@ -25,7 +25,11 @@ proxmox = proxmoxve.Provider(
 )
 ssh = command.Provider("ssh")
 
-files = WorkerBootFiles("boot-files", worker.node, [worker.image], provider=proxmox)
+files = WorkerBootFiles(
+    "boot-files",
+    WorkerBootFilesArgs(node_name=worker.node, images=(worker.image,)),
+    pulumi.ResourceOptions(provider=proxmox),
+)
 url = worker.image.cloud_image_url or ""
 vm = GpuWorkerVm(
     "gpu-vm",
@@ -44,22 +48,24 @@ vm = GpuWorkerVm(
 )
 bootstrap = GuestBootstrap(
     "gpu-vm-bootstrap",
-    GuestBootstrapSpec(
-        node_name=worker.name,
-        gpus=(ExpectedGpu(vendor_device=model.vendor_device, product=model.product),),
-        driver_mode="host",
-        driver_branch="580",
-        kernel_modules="open",
-        toolkit=True,
-        api_endpoint=config.require("apiEndpoint"),
-        kubernetes_minor=config.require_int("kubernetesMinor"),
+    GuestBootstrapArgs(
+        bootstrap=GuestBootstrapSpec(
+            node_name=worker.name,
+            gpus=(ExpectedGpu(vendor_device=model.vendor_device, product=model.product),),
+            driver_mode="host",
+            driver_branch="580",
+            kernel_modules="open",
+            toolkit=True,
+            api_endpoint=config.require("apiEndpoint"),
+            kubernetes_minor=config.require_int("kubernetesMinor"),
+        ),
+        host=vm.ip_address,
+        user=worker.ssh_user,
+        ssh_private_key=ssh_key,
+        join_token=config.require_secret("kubeadmJoinToken"),
+        ca_cert_hash=config.require_secret("kubeadmCaCertHash"),
+        replace_with=(vm.vm,),
     ),
-    provider=ssh,
-    host=vm.ip_address,
-    user=worker.ssh_user,
-    ssh_private_key=ssh_key,
-    join_token=config.require_secret("kubeadmJoinToken"),
-    ca_cert_hash=config.require_secret("kubeadmCaCertHash"),
-    replace_with=[vm.vm],
+    pulumi.ResourceOptions(provider=ssh),
 )
 pulumi.export("vm", {"vmId": vm.vm_id, "ipAddress": vm.ip_address, "nodeName": vm.node_name})

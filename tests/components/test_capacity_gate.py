@@ -4,10 +4,11 @@ that node's own labels; the smoke test waits for the gates and re-runs when what
 from __future__ import annotations
 
 import pulumi_command as command
+from pulumi import ResourceOptions
 
 from proxmox_gpu_cluster.core.capacity import capacity_table
 from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.guest.capacity_gate import NodeCapacityGate
+from proxmox_gpu_cluster.guest.capacity_gate import NodeCapacityGate, NodeCapacityGateArgs
 from proxmox_gpu_cluster.render.agent_bundle import bundle_name
 from proxmox_gpu_cluster.testing import run
 from tests.support import base_spec, make_vm_worker, plan_stack
@@ -96,10 +97,11 @@ def test_smoke_test_waits_for_the_gates_and_reruns_when_what_it_tests_changes() 
 
 def test_gate_component_alone() -> None:
     def program() -> None:
-        NodeCapacityGate(
-            "gate", node_name="bm-1", resources={"nvidia.com/gpu": 2}, provider=command.Provider("ssh"),
-            host="10.0.0.5", user="ubuntu", ssh_private_key="k", timeout_seconds=120,
+        args = NodeCapacityGateArgs(
+            node_name="bm-1", resources={"nvidia.com/gpu": 2}, host="10.0.0.5", user="ubuntu", ssh_private_key="k",
+            timeout_seconds=120,
         )  # fmt: skip
+        NodeCapacityGate("gate", args, ResourceOptions(provider=command.Provider("ssh")))
 
     rec = run(program)
     check = rec.named("gate-check")

@@ -17,7 +17,8 @@ import pytest
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
 from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
 from proxmox_gpu_cluster.render.agent_bundle import bundle_name, secrets_stdin
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, rollout_args, verify_args
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, redact, run
@@ -258,16 +259,15 @@ STANDALONE = GuestBootstrapSpec.model_validate(
 def test_standalone_use_on_any_host_keeps_plain_secrets_secret() -> None:
     def program() -> None:
         provider = command.Provider("cmd")
-        GuestBootstrap(
-            "bm1",
-            STANDALONE,
-            provider=provider,
+        args = GuestBootstrapArgs(
+            bootstrap=STANDALONE,
             host="10.0.0.21",
             user="root",
             ssh_private_key=pulumi.Output.secret("KEY-CANARY"),
             join_token="abcdef.0123456789abcdef",
             ca_cert_hash="sha256:" + "0" * 64,
         )
+        GuestBootstrap("bm1", args, pulumi.ResourceOptions(provider=provider))
 
     rec = run(program)
     join = rec.named("bm1-join")
@@ -282,10 +282,11 @@ def test_a_standalone_host_purges_its_driver_only_when_asked(purge: bool) -> Non
     spec = STANDALONE.model_copy(update={"purge_driver_on_destroy": purge})
 
     def program() -> None:
-        GuestBootstrap(
-            "bm1", spec, provider=command.Provider("cmd"), host="h", user="root", ssh_private_key="k",
-            join_token="abcdef.0123456789abcdef", ca_cert_hash="sha256:" + "0" * 64,
+        args = GuestBootstrapArgs(
+            bootstrap=spec, host="h", user="root", ssh_private_key="k", join_token="abcdef.0123456789abcdef",
+            ca_cert_hash="sha256:" + "0" * 64,
         )  # fmt: skip
+        GuestBootstrap("bm1", args, pulumi.ResourceOptions(provider=command.Provider("cmd")))
 
     driver = run(program).named("bm1-driver")
     assert ("delete" in driver.inputs) is purge
@@ -293,12 +294,13 @@ def test_a_standalone_host_purges_its_driver_only_when_asked(purge: bool) -> Non
         assert driver.plain_inputs["delete"].endswith(" --purge")
 
 
-def test_kubeadm_without_join_secrets_is_a_programming_error() -> None:
-    def program() -> None:
-        GuestBootstrap("bm1", STANDALONE, provider=command.Provider("cmd"), host="h", user="root", ssh_private_key="k")
-
-    with pytest.raises(ValueError, match="needs join_token and ca_cert_hash"):
-        run(program)
+def test_kubeadm_without_join_secrets_names_both() -> None:
+    with pytest.raises(InvalidComponentArgs) as err:
+        GuestBootstrapArgs(bootstrap=STANDALONE, host="h", user="root", ssh_private_key="k")
+    assert err.value.lines == [
+        "GuestBootstrapArgs.ca_cert_hash: join method kubeadm (bootstrap.join_method) needs it",
+        "GuestBootstrapArgs.join_token: join method kubeadm (bootstrap.join_method) needs it",
+    ]
 
 
 def test_each_workers_driver_build_is_an_output() -> None:

@@ -7,14 +7,15 @@ import pulumi
 import pulumi_command as command
 import pulumi_proxmoxve as proxmoxve
 import pytest
+from pulumi import ResourceOptions
 
 from proxmox_gpu_cluster.core.iommu import GpuPlacement, NodePreflight
 from proxmox_gpu_cluster.core.spec import ProxmoxNode
 from proxmox_gpu_cluster.core.worker_spec import Image, Worker
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles
+from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles, WorkerBootFilesArgs
 from proxmox_gpu_cluster.proxmox.host_gpu_prep import ProxmoxHostGpuPrep
-from proxmox_gpu_cluster.proxmox.pci_mapping import GpuPciMappings
+from proxmox_gpu_cluster.proxmox.pci_mapping import GpuPciMappings, GpuPciMappingsArgs
 from proxmox_gpu_cluster.proxmox.worker_vm import GpuWorkerVm, WorkerVmArgs
 from proxmox_gpu_cluster.testing import run
 
@@ -36,7 +37,10 @@ def worker(**changes: object) -> Worker:
 def test_boot_files_on_a_named_node() -> None:
     def program() -> None:
         provider = proxmoxve.Provider("pve")
-        WorkerBootFiles("files", "pve9", [Image(cloud_image_url=URL), Image(cloud_image_url=URL)], provider=provider)
+        images = (Image(cloud_image_url=URL), Image(cloud_image_url=URL))
+        WorkerBootFiles(
+            "files", WorkerBootFilesArgs(node_name="pve9", images=images), ResourceOptions(provider=provider)
+        )
 
     rec = run(program)
     (download,) = rec.of_type("proxmoxve:download/file:File")
@@ -49,7 +53,9 @@ def test_pci_mappings_from_a_preflight() -> None:
     result = NodePreflight(node="pve9", check="plan", gpus=[GpuPlacement("l4-0", "0000:c1:00", 42, "10de:16c1")])
 
     def program() -> None:
-        GpuPciMappings("pci", NODE, result, provider=proxmoxve.Provider("pve"))
+        GpuPciMappings(
+            "pci", GpuPciMappingsArgs(node=NODE, result=result), ResourceOptions(provider=proxmoxve.Provider("pve"))
+        )
 
     mapping = run(program).one("proxmoxve:hardware/mapping/pci:Pci").plain_inputs
     assert mapping["maps"] == [

@@ -7,7 +7,7 @@ import pulumi
 import pulumi_command as command
 
 from proxmox_gpu_cluster.core.spec import DrainSpec
-from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement
+from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement, WorkerRetirementArgs
 from proxmox_gpu_cluster.render.agent_bundle import bundle_name
 from proxmox_gpu_cluster.testing import run
 
@@ -15,8 +15,7 @@ from proxmox_gpu_cluster.testing import run
 def test_minimal_args() -> None:
     def program() -> None:
         vm = command.local.Command("vm", command.local.CommandArgs(create="true"))  # stands in for a VM
-        WorkerRetirement(
-            "w1-retirement",
+        args = WorkerRetirementArgs(
             node_name="w1",
             vmid=2001,
             host="192.0.2.11",
@@ -26,10 +25,9 @@ def test_minimal_args() -> None:
             api_endpoint="[2001:db8::10]:6443",
             drain=DrainSpec.model_validate({"timeoutSeconds": 300, "force": True}),
             kubeadm_reset=False,
-            provider=command.Provider("cmd"),
-            protect=True,
-            replace_with=[vm],
+            replace_with=(vm,),
         )
+        WorkerRetirement("w1-retirement", args, pulumi.ResourceOptions(provider=command.Provider("cmd"), protect=True))
 
     rec = run(program)
     component = rec.one("proxmox-gpu-cluster:worker_retirement:WorkerRetirement")

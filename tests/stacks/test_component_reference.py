@@ -100,11 +100,8 @@ def test_descriptions_come_from_the_init_docstring_and_none_are_invented(rendere
     assert operator["stack"][2].endswith("(the same object ``GpuNodeLabels`` takes).")
     assert operator["provider"][2] == operator["depends_on"][2] == ""  # the docstring says nothing about them
     retirement = table(section(rendered, "## WorkerRetirement"), "argument")
-    assert retirement["host"][2] == retirement["ssh_user"][2] == "the Proxmox node the VM runs on (root, or" \
-        " passwordless sudo)."  # fmt: skip
-    gates = section(rendered, "## NodeCapacityGates")
-    assert "\nGates are named ``<child_prefix>-<node>-capacity`` (default prefix: ``name``).\n" in gates
-    assert table(gates, "argument")["child_prefix"][2] == ""  # named in a general sentence, not described
+    assert retirement["opts"][2].startswith("the command provider in ``opts.provider``; ``opts.depends_on`` (the")
+    assert retirement["args"][2] == retirement["name"][2] == ""  # named in no sentence of its own
 
 
 def test_the_docstring_parser_takes_only_sentence_initial_parameter_markers() -> None:
