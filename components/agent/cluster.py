@@ -40,6 +40,7 @@ SLOT_PREFIX = "proxmox-gpu-cluster-rollout-"
 NOT_JOINED = 3
 STATE = "nvidia.com/mig.config.state"  # mig-manager's report: pending, rebooting, success or failed
 RESTARTED = "proxmox-gpu-cluster.io/mig-restart"  # mig-manager's state when the VM restarted for a MIG mode
+REPORTED = "reported"  # RESTARTED once mig-manager reported after the restart (no state of mig-manager's)
 _TIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # MicroTime, as the API server writes it
 
 
@@ -224,9 +225,9 @@ class Rollout:
 
 def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str, *, mode_change: bool = False) -> None:
     """MIG begin: drain through a slot when the node's nvidia.com/mig.config label holds another geometry, or the same
-    one while a GPU's MIG mode must change (``mode_change``). Restart (before the Proxmox-side VM restart): record
-    mig-manager's state as stale (RESTARTED). End: for a node begin cordoned, wait (bounded) for the wanted geometry
-    and mig-manager's success, then uncordon."""
+    one while a GPU's MIG mode must change (``mode_change``). Restart (before the Proxmox-side VM restart): wait
+    for mig-manager's report, record it as stale (RESTARTED). End: for a node begin cordoned or restarted, wait
+    (bounded) for the wanted geometry and mig-manager's success after the restart, then uncordon."""
     node = rollout.node_object()
     labels = metadata(node, "labels")
     if phase == "begin":
@@ -237,42 +238,63 @@ def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str,
             say(f"mig: {rollout.node}: {current or 'no geometry yet'} -> {wanted}: nothing to drain")
         return
     if phase == "restart":
-        return restarting(rollout, labels.get(STATE, ""), wanted)
+        return restarting(rollout, labels.get(STATE, ""), wanted, timeout)
     stale = metadata(node).get(RESTARTED)
-    if not metadata(node).get(ANNOTATION):
-        if stale is not None:
-            rollout.kube("annotate", "node", rollout.node, f"{RESTARTED}-")
+    if not metadata(node).get(ANNOTATION) and stale is None:
         say(f"mig: {rollout.node} was not cordoned for a MIG change; nothing to wait for")
         return rollout.end()  # gives back a slot a killed end left held
+    # Cordoned by begin, or restarted by the restart step (a first provisioning: never cordoned; the wait tells
+    # mig-manager's report from after the restart).
     rollout.resume()
     what, waited = ("mig", STATE, f"success for {wanted} on {rollout.node}"), 0
     while True:
         have, state = labels.get("nvidia.com/mig.config") or "none", labels.get(STATE) or "none"
-        if stale is not None and state != stale:  # mig-manager reported after the VM restart: forget the old one
-            rollout.kube("annotate", "node", rollout.node, f"{RESTARTED}-")
-            stale = None
-        if stale is None and (have, state) == (wanted, "success"):
+        if stale not in (None, REPORTED) and state != stale:  # mig-manager reported after the VM restart
+            # Recorded, not forgotten: a run killed before the success still waits for it next time.
+            rollout.kube("annotate", "node", rollout.node, "--overwrite", f"{RESTARTED}={REPORTED}")
+            stale = REPORTED
+        fresh = stale in (None, REPORTED)
+        if fresh and (have, state) == (wanted, "success"):
             break
-        if stale is None and have == wanted and state == "failed":
+        if fresh and have == wanted and state == "failed":
             raise Failure(*what, f"failed: see kubectl logs -n {namespace} -l app=nvidia-mig-manager --tail=100 (a "
                           "GPU process still running, or a geometry the GPU refuses)")  # fmt: skip
         if waited >= timeout:
-            since = ", its report from before the VM restart" if stale is not None else ""
+            since = ", its report from before the VM restart" if not fresh else ""
             hint = f"label {have}, state {state}{since} (is mig-manager running in {namespace}?)"
             raise Failure(*what[:2], f"{what[2]} within {timeout}s", hint)
         rollout.sleep(rollout.poll)
         waited += rollout.poll
         labels = metadata(rollout.node_object(), "labels")
+    if stale is not None:
+        rollout.kube("annotate", "node", rollout.node, f"{RESTARTED}-")
     say(f"mig: {rollout.node} runs {wanted} (mig-manager: success)")
     rollout.end()
 
 
-def restarting(rollout: Rollout, state: str, wanted: str) -> None:
-    """Before the VM restart that applies a pending MIG mode: mig-manager's state label now is a report from before
-    the reset (failed or rebooting: it could not reset the GPU either; pending: still trying), so the end step waits
-    for its next one: mig-manager runs its reconfigure script for the node's label at every start (its informer's
-    AddFunc; NVIDIA/mig-parted deployments/gpu-operator/main.go), so after the boot it reports again. A success of
-    all-disabled stays valid (mig-manager finds nothing to change after the restart and reports no new state)."""
+def restarting(rollout: Rollout, state: str, wanted: str, timeout: int) -> None:
+    """Before the VM restart that applies a pending MIG mode (the guest found a GPU whose mode is not current):
+    wait (bounded) for mig-manager's report for the current label, then record it as stale (RESTARTED), so the end
+    step waits for its next one: mig-manager runs its reconfigure for the node's label at every start (its
+    informer's AddFunc, NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go), so after the boot it reports again.
+
+    Its report for this label (pkg/mig/reconfigure/reconfigure.go, Run, at k8s-mig-manager v0.13.1 and v0.15.0):
+    "failed" (``assert --mode-only`` checks the CURRENT mode, pkg/mig/mode/nvml.go GetMigMode, so the geometry's
+    apply fails after it) or "rebooting" (WITH_REBOOT). "pending" is a run in progress; no state, a run not begun
+    (a first provisioning: the operator's pods start after the node's labels); "success" with a mode not current
+    is the report for an earlier label (except all-disabled, whose apply may pass with the mode only pending: that
+    success stays valid, as mig-manager finds nothing to change after the restart and reports no new state).
+    Waiting keeps a report that lands during the shutdown from being taken, after the boot, as the new one. With
+    no report in time it restarts anyway (the reset is what applies the mode) and records what it saw."""
+    waited = 0
+    while state not in ("failed", "rebooting") and not (state == "success" and wanted == "all-disabled"):
+        if waited >= timeout:
+            say(f"mig: {rollout.node}: no report from mig-manager for {wanted} within {timeout}s (state "
+                f"{state or 'none'}); restarting: mig-manager runs for the label again at the VM's start")  # fmt: skip
+            break
+        rollout.sleep(rollout.poll)
+        waited += rollout.poll
+        state = metadata(rollout.node_object(), "labels").get(STATE, "")
     if state == "success" and wanted == "all-disabled":
         return say(f"mig: {rollout.node}: restarting for the MIG mode; mig-manager's success stays valid")
     rollout.kube("annotate", "node", rollout.node, "--overwrite", f"{RESTARTED}={state or 'none'}")

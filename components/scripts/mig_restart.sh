@@ -21,7 +21,7 @@ set -euo pipefail
 # shellcheck disable=SC2034 # read by fail() in host_lib.sh
 STEP="mig-restart"
 
-vmid="" node_name="" timeout="" guest_step="" guest_args=()
+vmid="" node_name="" timeout="" guest_step="" guest_args=() run_for=0
 while (($#)); do
   case "$1" in
   --vmid) vmid="$2" ;;
@@ -55,19 +55,21 @@ agent_up() {
 }
 
 # guest_says [retry seconds]: run the guest's MIG step (--phase restart); sets SAYS to its mig-restart line (its
-# output is shown). Right after a start the guest may not reach the API server yet: a step that fails is run again
-# every 10 s within the retry time (0: fail at once).
+# output is shown). The step decides only once it can: in operator driver mode it waits for the driver container
+# (a first provisioning: the operator is installed alongside this step; after a start: it loads the driver again)
+# and, for a restart, for mig-manager's report. Right after a start the guest may not reach the API server yet: a
+# step that fails is run again every 10 s within the retry time (0: fail at once).
 guest_says() {
   local retry="${1:-0}" waited=0 result out err code
   while :; do
-    result="$(qm guest exec "$vmid" --timeout "$((timeout + 60))" -- bash "$guest_step" "${guest_args[@]}" 2>&1)" ||
+    result="$(qm guest exec "$vmid" --timeout "$run_for" -- bash "$guest_step" "${guest_args[@]}" 2>&1)" ||
       fail "qm guest exec" "the guest's MIG step started in VM $vmid" "${result//$'\n'/ }"
     out="$(json_field out-data <<<"$result")"
     err="$(json_field err-data <<<"$result")"
     [[ -z "$out" ]] || printf '%s\n' "$out"
     [[ -z "$err" ]] || printf '%s\n' "$err" >&2
     [[ "$(json_field exited <<<"$result")" == 1 ]] ||
-      fail "guest exec" "the guest's MIG step to finish within $((timeout + 60))s" "it still runs in VM $vmid"
+      fail "guest exec" "the guest's MIG step to finish within ${run_for}s" "it still runs in VM $vmid"
     code="$(json_field exitcode <<<"$result")"
     [[ "$code" != 0 && waited -lt retry ]] || break
     echo "mig-restart: the guest's MIG step failed (exit $code) right after the start; trying again in 10 s" >&2
@@ -86,6 +88,14 @@ main() {
   [[ "$guest_step" =~ ^/[A-Za-z0-9._/-]+/step\.sh$ && "$guest_step" != *..* ]] ||
     fail "--guest-step" "the absolute path of the guest's installed MIG step" "'$guest_step'"
   [[ "$(id -u)" == 0 ]] || fail "user" "root (qm is root-only)" "$(id -un)"
+  # How long one run of the guest's step may take: its own --timeout bounds its waits (for the operator's driver
+  # container and mig-manager's report), the agent's wait bounds the rest; 60 s for the rest of it.
+  local i guest_timeout=0
+  for ((i = 0; i + 1 < ${#guest_args[@]}; i++)); do
+    [[ "${guest_args[i]}" != --timeout ]] || guest_timeout="${guest_args[i + 1]}"
+  done
+  [[ "$guest_timeout" =~ ^[0-9]{1,5}$ ]] || fail "guest arguments" "--timeout SECONDS" "'$guest_timeout'"
+  run_for=$(((guest_timeout > timeout ? guest_timeout : timeout) + 60))
   host_lock "mig-restart VM $vmid" # not while host prep or a large-BAR step changes this node or VM
   local marker="$STATE/mig-restart-$vmid" was="" status key
   # The marker counts for this change only (a marker a killed run left for another MIG mode means nothing now).

@@ -10,15 +10,31 @@ VM is restarted from Proxmox; mig-manager reports failed while it cannot reset t
   ``fake-mig`` ("<index> <current> <pending>" lines); a guest reboot (``FakeGuest.reboot``) does not touch it.
 - ``operator_driver(guest)``: the same nvidia-smi, only inside the operator's driver root (``chroot``).
 - ``install_vm(host, guest)``: ``qm`` on the Proxmox node for the guest's VM: ``status``, ``guest cmd ping``,
-  ``guest exec`` (as fakekube's ``install_qm``), ``shutdown`` (--forceStop) and ``start``. A start after a stop is a
+  ``guest exec`` (as fakekube's ``install_qm``; ``exec_fault`` injects faults into the guest's commands there), ``shutdown`` (--forceStop) and ``start``. A start after a stop is a
   new QEMU process: vfio resets the GPUs, so each pending mode becomes current (unless ``fake-no-reset`` exists on
   the host: a GPU the reset does not reach), and the guest boots (a new boot id). ``restarts(host)`` counts them;
   ``api_down_after_boot`` makes the API server unreachable from the guest until the host's next ``sleep``.
-- ``mig_manager(cluster, guest, node)``: one run of mig-manager's reconfigure-mig.sh (NVIDIA/mig-parted) for the
+- ``mig_manager(cluster, guest, node)``: one run of mig-manager's reconfigure (NVIDIA/mig-parted) for the
   node's label, without WITH_REBOOT: success when every GPU's mode is current, failed when one is still pending.
+- ``operator_world(guest, cluster, node)``: the GPU Operator's driver container and mig-manager on a guest in
+  operator driver mode, in time: each guest ``sleep`` (the steps' and the agent's waits) is one tick. After a VM
+  start (and at first) no driver runs: no /run/nvidia/driver, no nvidia module, so nothing answers nvidia-smi. At
+  tick ``driver_after - 1`` the container's root appears (its nvidia-smi exits 9, "couldn't communicate with the
+  NVIDIA driver", as before its module loads), at ``driver_after`` the module is loaded and it answers. From tick
+  ``driver_after + manager_after`` mig-manager runs for the node's ``nvidia.com/mig.config`` label, at its start
+  and again whenever the label changes (its informer's AddFunc/UpdateFunc): one tick sets the state ``pending``
+  and, for every MIG GPU whose CURRENT mode is not the label's (all-disabled: Disabled, any other: Enabled), the
+  pending mode (``nvidia-mig-parted apply --mode-only``; current too where the guest can reset the GPU); the next
+  reports ``success`` when every current mode is the label's, else ``failed`` (the mode assert fails, then the
+  geometry's apply; NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go, Run, at v0.13.1/v0.15.0). A VM start
+  (``qm start``) resets the GPUs (pending becomes current), clears /run and unloads the driver: the container and
+  mig-manager start over, and mig-manager runs for the label once more.
 """
 
 from __future__ import annotations
+
+import json
+import subprocess
 
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakeguest_tools import STUBS
@@ -61,7 +77,7 @@ def set_api_down(path, down):
 _QM = (
     _API
     + r"""
-import json, os, subprocess, sys
+import json, os, shutil, subprocess, sys
 host, guest, guest_path = sys.argv[1], sys.argv[2], sys.argv[3]
 args = sys.argv[4:]
 status_file = os.path.join(host, "fake-vm-status")
@@ -84,6 +100,15 @@ if args[:1] == ["start"]:
     boot = os.path.join(guest, "proc/sys/kernel/random/boot_id")
     open(boot, "w").write(f"00000000-0000-4000-8000-{n + 100:012d}\n")
     open(status_file, "w").write("running\n")
+    world = os.path.join(guest, "fake-operator.json")
+    if os.path.exists(world):  # operator driver mode: /run is a tmpfs; the driver container starts over
+        w = json.load(open(world))
+        w.update(ticks=0, reconciled=None, running=None)
+        open(world + ".n", "w").write(json.dumps(w))
+        os.replace(world + ".n", world)
+        shutil.rmtree(os.path.join(guest, "run/nvidia"), ignore_errors=True)
+        if os.path.exists(os.path.join(guest, "sys/module/nvidia/version")):
+            os.unlink(os.path.join(guest, "sys/module/nvidia/version"))
     hook = os.path.join(host, "fake-boot-api-down")
     if os.path.exists(hook):  # the guest reaches no API server for a while after its boot
         set_api_down(open(hook).read().strip(), True)
@@ -96,6 +121,9 @@ if args[:2] == ["guest", "exec"]:
     command = [os.path.join(guest, a.lstrip("/")) if a.startswith(("/home/", "/root/")) else a
                for a in args[args.index("--") + 1:]]
     env = {"PATH": guest_path, "PGC_ROOT": guest, "LC_ALL": "C"}
+    fault = os.path.join(guest, "fake-exec-fault")
+    if os.path.exists(fault):  # exec_fault: inject into the guest's commands of this exec (counted in the guest)
+        env["PGC_FAULT_AT"], env["PGC_FAULT_MODE"] = open(fault).read().split()
     proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     print(json.dumps({"exitcode": proc.returncode, "exited": 1, "out-data": proc.stdout, "err-data": proc.stderr}))
     sys.exit(0)
@@ -128,6 +156,107 @@ def mig_state(guest: FakeRoot) -> dict[int, tuple[str, str]]:
     """Index -> (current, pending)."""
     rows = [line.split() for line in guest.read("fake-mig").splitlines()]
     return {int(i): (c, p) for i, c, p in rows}
+
+
+_OPERATOR = r"""
+import fcntl, json, os, shutil, sys
+guest, api, node = sys.argv[1:4]
+path = os.path.join(guest, "fake-operator.json")
+w = json.load(open(path))
+w["ticks"] += 1
+mig_file = os.path.join(guest, "fake-mig")
+smi = os.path.join(guest, "run/nvidia/driver/usr/bin/nvidia-smi")
+module = os.path.join(guest, "sys/module/nvidia/version")
+if w["ticks"] >= w["driver_after"] - 1 and not os.path.exists(smi):  # the container's root, its module not yet
+    os.makedirs(os.path.dirname(smi), exist_ok=True)
+    shutil.copy(os.path.join(guest, "fake-operator-smi"), smi)
+    os.chmod(smi, 0o755)
+if w["ticks"] >= w["driver_after"] and not os.path.exists(module):
+    os.makedirs(os.path.dirname(module), exist_ok=True)
+    open(module, "w").write(w["version"] + "\n")
+if w["ticks"] >= w["driver_after"] + w["manager_after"]:
+    with open(api, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        state = json.load(f)
+        labels = state.setdefault("labels", {}).setdefault(node, {})
+        label, report = labels.get("nvidia.com/mig.config", ""), None
+        want = "Disabled" if label == "all-disabled" else "Enabled"
+        rows = [line.split() for line in open(mig_file).read().splitlines()]
+        if w["running"] is not None and w["running"] == label:  # the run begun last tick reports
+            report = "success" if all(c in ("[N/A]", want) for _, c, _ in rows) else "failed"
+            w["running"], w["reconciled"] = None, label
+        elif label and label != w["reconciled"]:  # at its start, or a new label: a run begins
+            if all(c in ("[N/A]", want) for _, c, _ in rows):
+                report, w["reconciled"] = "success", label  # nvidia-mig-parted assert passes: success at once
+            else:
+                reset = os.path.exists(os.path.join(guest, "fake-mig-resettable"))
+                rows = [[i, c if c == "[N/A]" else (want if reset else c), p if c == "[N/A]" else want]
+                        for i, c, p in rows]
+                open(mig_file, "w").write("".join(" ".join(r) + "\n" for r in rows))
+                report, w["running"] = "pending", label
+        if report is not None:
+            labels["nvidia.com/mig.config.state"] = report
+            state["version"] = state.get("version", 0) + 1
+            state.setdefault("node_versions", {})[node] = str(state["version"])
+            state.setdefault("mig_manager_reports", []).append(f"{label}={report}")
+            f.seek(0)
+            f.truncate()
+            json.dump(state, f)
+open(path + ".n", "w").write(json.dumps(w))
+os.replace(path + ".n", path)
+"""
+
+
+def operator_world(
+    guest: FakeGuest, cluster: FakeCluster, node: str, *, driver_after: int = 3, manager_after: int = 2,
+    driver_up: bool = False,
+) -> None:  # fmt: skip
+    """The operator's driver container and mig-manager on ``guest`` (after ``install_mig``), in ticks of the
+    guest's ``sleep`` (see the module docstring). ``driver_up``: they run already (mig-manager has reconciled the
+    node's current label)."""
+    stub = guest.bin / "nvidia-smi"
+    guest.write("fake-operator-smi", stub.read_text())
+    stub.unlink()
+    guest.stub_script("chroot", 'd="$1"; shift; c="$1"; shift; "$d/usr/bin/$c" "$@"')
+    module = guest.root / "sys/module/nvidia/version"
+    version = module.read_text().strip() if module.exists() else "580.95.05"
+    module.unlink(missing_ok=True)
+    world = {"ticks": 0, "driver_after": driver_after, "manager_after": manager_after, "version": version,
+             "reconciled": None, "running": None}  # fmt: skip
+    guest.write("fake-operator.json", json.dumps(world))
+    (guest.bin / "fake_gpu_operator.py").write_text(_OPERATOR)
+    guest.stub_script("sleep", f'python3 "{guest.bin}/fake_gpu_operator.py" "{guest.root}" "{cluster.path}" "{node}"')
+    if driver_up:
+        tick(guest, driver_after + manager_after + 1)
+
+
+def tick(guest: FakeRoot, n: int = 1) -> None:
+    """Let ``n`` ticks pass on the guest (as its ``sleep`` does), without counting as a command of a step."""
+    stub = (guest.bin / "sleep").read_text().splitlines()[-1]
+    for _ in range(n):
+        subprocess.run(["sh", "-c", stub], env={"PATH": "/usr/bin:/bin"}, check=True)
+
+
+def driver_answers(guest: FakeRoot) -> bool:
+    """The operator's driver container answers nvidia-smi (its module loaded)."""
+    return (guest.root / "sys/module/nvidia/version").exists() and (
+        guest.root / "run/nvidia/driver/usr/bin/nvidia-smi"
+    ).exists()
+
+
+def mig_reports(cluster: FakeCluster) -> list[str]:
+    """Every state mig-manager reported (``<label>=<state>``), in order, from the operator world."""
+    return list(cluster.state().get("mig_manager_reports", []))
+
+
+def exec_fault(guest: FakeRoot, at: int | None, mode: str = "fail") -> None:
+    """Inject a fault at the ``at``-th stubbed guest command run through ``qm guest exec`` (the host step's guest
+    side; counted over every exec of the next host runs), as ``FakeRoot.fault`` does for a step run directly; a kill
+    takes the exec's process group, which is the host step's (None: no more faults)."""
+    for name in ("fault.count", "fault.hit", "fake-exec-fault"):
+        (guest.root / name).unlink(missing_ok=True)
+    if at is not None:
+        guest.write("fake-exec-fault", f"{at} {mode}")
 
 
 def install_vm(host: FakeRoot, guest: FakeRoot, status: str = "running") -> None:
