@@ -18,7 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from proxmox_gpu_cluster.cluster.gpu_cluster import GpuCluster, export
+    from proxmox_gpu_cluster.cluster.gpu_cluster import GpuCluster, GpuClusterArgs, export
     from proxmox_gpu_cluster.cluster.providers import Providers, Secrets
     from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel, MigProfile
     from proxmox_gpu_cluster.core.errors import Problem, SpecError
@@ -26,14 +26,15 @@ if TYPE_CHECKING:
     from proxmox_gpu_cluster.stacks.config import InvalidStackConfig, load
 
 _WHERE = {
-    "GpuCluster": "cluster.gpu_cluster", "export": "cluster.gpu_cluster", "Providers": "cluster.providers",
-    "Secrets": "cluster.providers", "CATALOG": "core.catalog", "GpuModel": "core.catalog",
-    "MigProfile": "core.catalog", "Problem": "core.errors", "SpecError": "core.errors", "ClusterSpec": "core.spec",
-    "load_spec": "core.spec", "InvalidStackConfig": "stacks.config", "load": "stacks.config",
+    "GpuCluster": "cluster.gpu_cluster", "GpuClusterArgs": "cluster.gpu_cluster", "export": "cluster.gpu_cluster",
+    "Providers": "cluster.providers", "Secrets": "cluster.providers", "CATALOG": "core.catalog",
+    "GpuModel": "core.catalog", "MigProfile": "core.catalog", "Problem": "core.errors", "SpecError": "core.errors",
+    "ClusterSpec": "core.spec", "load_spec": "core.spec", "InvalidStackConfig": "stacks.config",
+    "load": "stacks.config",
 }  # fmt: skip
 __all__ = [
-    "CATALOG", "ClusterSpec", "GpuCluster", "GpuModel", "InvalidStackConfig", "MigProfile", "Problem", "Providers",
-    "Secrets", "SpecError", "export", "load", "load_spec",
+    "CATALOG", "ClusterSpec", "GpuCluster", "GpuClusterArgs", "GpuModel", "InvalidStackConfig", "MigProfile",
+    "Problem", "Providers", "Secrets", "SpecError", "export", "load", "load_spec",
 ]  # fmt: skip
 
 

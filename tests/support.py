@@ -14,9 +14,9 @@ import pytest
 import yaml
 from hypothesis import strategies as st
 
-from proxmox_gpu_cluster import GpuCluster, export
+from proxmox_gpu_cluster import GpuCluster, GpuClusterArgs, Secrets, export
 from proxmox_gpu_cluster.core.errors import SpecError
-from proxmox_gpu_cluster.core.spec import load_spec
+from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
 from proxmox_gpu_cluster.stacks.config import load
 from proxmox_gpu_cluster.testing import Recording, RecordingMocks, is_secret, run
 from proxmox_gpu_cluster.testing_pci import pci_invokes, spec_shaped_pci
@@ -155,6 +155,21 @@ def base_spec() -> dict[str, Any]:
     return copy.deepcopy(_BASE)
 
 
+def two_team_specs() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two specs on the base spec's hosts and Kubernetes API, owning disjoint GPUs, workers and objects."""
+    a, b = base_spec(), base_spec()
+    a["workers"] = [w for w in a["workers"] if w["name"] != "mig-2"]  # mig-1 on pve1, ts-1 on pve2
+    b["workers"] = [{**b["workers"][1], "name": "team-b-1", "vmid": 9001, "gpus": ["a100-1"], "sharing": "none"}]
+    a["proxmox"]["nodes"][0]["gpus"] = [g for g in a["proxmox"]["nodes"][0]["gpus"] if g["name"] != "a100-1"]
+    b["proxmox"]["nodes"] = [{**b["proxmox"]["nodes"][0], "gpus": [g for g in b["proxmox"]["nodes"][0]["gpus"]
+                                                                 if g["name"] == "a100-1"]}]  # fmt: skip
+    b["gpuOperator"] = {"enabled": False}
+    b["kubernetes"]["drain"] = {"slotNamespace": "team-b-rollouts"}
+    b["priorityClasses"], b["quotas"] = [], []
+    a["quotas"] = []
+    return a, b
+
+
 VGPU_MANAGER = {"repository": "registry.example.test/nvidia", "version": "580.95.02-ubuntu22.04"}
 """A private vGPU Manager image for specs with vm-vgpu nodes."""
 
@@ -205,6 +220,11 @@ def stack_config(spec: dict[str, Any], secrets: dict[str, str] | None = None) ->
     return config, [f"proxmox-gpu-cluster:{k}" for k in secrets]
 
 
+def stack_args(spec: ClusterSpec, secrets: Secrets) -> GpuClusterArgs:
+    """The args this repository's stack program gives its cluster (``__main__.py``)."""
+    return GpuClusterArgs(spec=spec, secrets=secrets, aliases_from_stack_root=True, stack_scoped_names=True)
+
+
 def plan_stack(
     raw: dict[str, Any],
     devices: dict[str, list[dict[str, Any]]] | None = None,
@@ -216,7 +236,7 @@ def plan_stack(
     config, keys = stack_config(raw)
     mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
     return run(
-        lambda: export(GpuCluster("cluster", *load(), aliases_from_stack_root=True)),
+        lambda: export(GpuCluster("cluster", stack_args(*load()))),
         stack=stack,
         config=config,
         secret_keys=keys,

@@ -6,7 +6,9 @@ from dataclasses import replace
 from typing import Any
 
 import pulumi
+from pydantic import Field, model_validator
 
+from proxmox_gpu_cluster.args import ComponentArgs
 from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.cluster.builders import (
     build_capacity_gates,
@@ -14,11 +16,15 @@ from proxmox_gpu_cluster.cluster.builders import (
     build_mig_rollouts,
     build_retirements,
 )
-from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers, ssh_key
+from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers, needed_secrets, ssh_key
 from proxmox_gpu_cluster.cluster.proxmox_layer import build_proxmox
 from proxmox_gpu_cluster.core.capacity import capacity_output, quota_warnings
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes, monitoring_targets
+from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
+from proxmox_gpu_cluster.core.names import StackScope
+from proxmox_gpu_cluster.core.shared_estate import ClusterClaim, estate_conflicts
 from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.gpu.dra_driver import DraDriver
 from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring
 from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
@@ -41,6 +47,56 @@ def warn_experimental(spec: ClusterSpec) -> None:
             f"experimental: KubeVirt workers {', '.join(nested)} are Proxmox VMs (nested virtualization, vIOMMU); "
             "NVIDIA supports vm-passthrough and vm-vgpu nodes on bare metal only (kubevirt.nodes)"
         )
+
+
+class GpuClusterArgs(ComponentArgs):
+    """What a ``GpuCluster`` is built from: the validated spec and its secrets, and how it names things."""
+
+    spec: ClusterSpec = Field(description="The cluster spec (``load_spec``, or ``load()`` from a stack's config).")
+    secrets: Secrets = Field(description="The secrets the spec needs, each a secret Output (``load()`` reads them).")
+    providers: Providers | None = Field(
+        default=None, description="The caller's explicit providers; by default created from the spec and secrets."
+    )
+    aliases_from_stack_root: bool = Field(
+        default=False,
+        description="The stack created these resources at its root, without the ``<name>-`` prefix, before this "
+        "component existed (this repository's stacks did until 2026-11): every direct child then carries an alias "
+        "to that old URN and its children inherit it, so Pulumi moves them instead of replacing them. Leave it off "
+        "in a new program.",
+    )
+    stack_scoped_names: bool = Field(
+        default=False,
+        description="The names on Proxmox (PCI mappings, snippets, images, host prep's drop-in) carry only the "
+        "stack's scope, as this repository's stacks created them before 2026-11-24; otherwise they also carry the "
+        "cluster's name, so several clusters of one program never share one.",
+    )
+
+    @model_validator(mode="after")
+    def _secrets_the_spec_needs(self) -> GpuClusterArgs:
+        missing = [
+            Problem(f"secrets.{field}", f"required: {why}")
+            for field, why in needed_secrets(self.spec).items()
+            if getattr(self.secrets, field) is None
+        ]
+        if missing:
+            raise SpecViolations(missing)
+        return self
+
+
+_PROGRAM: list[Any] = [None, []]
+"""The program run (its resource monitor: one per run, and per mock) and its clusters so far."""
+
+
+def _claim_estate(name: str, spec: ClusterSpec, scope: StackScope) -> None:
+    """Refuse a cluster that would own what another cluster of this program owns (``core/shared_estate.py``)."""
+    run = pulumi.runtime.settings.SETTINGS.monitor
+    if _PROGRAM[0] is not run:
+        _PROGRAM[:] = [run, []]
+    claim = ClusterClaim(name, scope, spec)
+    lines = [line for other in _PROGRAM[1] for line in estate_conflicts(other, claim)]
+    if lines:
+        raise InvalidComponentArgs(f"GpuCluster({name})", [Problem("", line) for line in lines])
+    _PROGRAM[1].append(claim)
 
 
 def _alias_from_root(cluster: pulumi.Resource, prefix: str) -> pulumi.ResourceTransformation:
@@ -88,27 +144,16 @@ class GpuCluster(pulumi.ComponentResource):
     providers: Providers
     """The providers every child uses."""
 
-    def __init__(
-        self,
-        name: str,
-        spec: ClusterSpec,
-        secrets: Secrets,
-        *,
-        providers: Providers | None = None,
-        aliases_from_stack_root: bool = False,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``providers``: the caller's explicit providers; by default they are created from ``spec`` and
-        ``secrets`` as children of this component. ``aliases_from_stack_root``: the stack created these resources
-        at its root, without the ``<name>-`` prefix, before this component existed (this repository's stacks did
-        until 2026-11); every direct child then carries an alias to that old URN and its children inherit it, so
-        Pulumi moves them instead of replacing them. Leave it off in a new program. ``secrets.ssh_private_key``:
-        None with ``proxmox.sshAgent`` (the ssh-agent authenticates; a key given anyway is not used), required
-        without it."""
-        if aliases_from_stack_root:
+    def __init__(self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """A second cluster of the program that would own what another owns (a GPU, a VM id, a Kubernetes node,
+        a cluster-wide object) is refused naming both (``core/shared_estate.py``)."""
+        spec, secrets, providers = args.spec, args.secrets, args.providers
+        if args.aliases_from_stack_root:
             opts = pulumi.ResourceOptions.merge(
                 opts, pulumi.ResourceOptions(transformations=[_alias_from_root(self, f"{name}-")])
             )
+        scope = StackScope(pulumi.get_project(), pulumi.get_stack(), "" if args.stack_scoped_names else name)
+        _claim_estate(name, spec, scope)
         super().__init__("proxmox-gpu-cluster:cluster:GpuCluster", name, None, opts)
         self.spec = spec
         # With the agent no connection (nor the Proxmox provider) gets the key, so no step's state holds it.
@@ -122,6 +167,7 @@ class GpuCluster(pulumi.ComponentResource):
             proxmox=self.providers.proxmox,
             host_command=self.providers.command,
             ssh_private_key=secrets.ssh_private_key,
+            scope=scope,
         )
         self.proxmox = layer
         k8s = self.providers.kubernetes

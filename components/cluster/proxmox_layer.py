@@ -10,6 +10,7 @@ import pulumi_proxmoxve as proxmoxve
 
 from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.core.iommu import NodePreflight
+from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.node_agent import install_agent
 from proxmox_gpu_cluster.outputs import item
@@ -42,13 +43,15 @@ def build_proxmox(
     proxmox: proxmoxve.Provider,
     host_command: command.Provider,
     ssh_private_key: pulumi.Input[str] | None,
+    scope: StackScope,
 ) -> ProxmoxLayer:
     """Preflight every node first (an error stops the program before anything registers past the providers),
     then per node: host prep (opt-in) -> PCI mappings -> boot files -> the node's worker VMs.
 
     Host prep and the mappings follow the GPUs a node declares, not the workers that claim them: adding, removing
     or moving a worker changes nothing on the host. ``ssh_private_key``: None means the ssh-agent
-    (``proxmox.sshAgent``), and no step carries a key.
+    (``proxmox.sshAgent``), and no step carries a key. ``scope``: what the names on the hosts (PCI mappings,
+    snippets, images, host prep's drop-in) belong to.
     """
     preflights: dict[str, NodePreflight] = run_preflight(spec, proxmox, parent=parent)
     child = pulumi.ResourceOptions(parent=parent)
@@ -76,6 +79,7 @@ def build_proxmox(
             GpuPciMappingsArgs(
                 node=node,
                 result=result,
+                scope=scope,
                 verified_groups=prep.groups if prep is not None and result.check == "host-verify" else None,
             ),
             pulumi.ResourceOptions(parent=parent, provider=proxmox, depends_on=after_prep),
@@ -97,6 +101,7 @@ def build_proxmox(
                 node_name=node.name,
                 images=tuple(w.image for w in workers),
                 snippet_datastore=node.snippet_datastore,
+                scope=scope,
             ),
             pulumi.ResourceOptions(parent=parent, provider=proxmox),
         )

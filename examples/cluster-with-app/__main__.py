@@ -4,10 +4,10 @@ Operator and uses the cluster's Kubernetes provider."""
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from proxmox_gpu_cluster import GpuCluster, load
+from proxmox_gpu_cluster import GpuCluster, GpuClusterArgs, load
 
 spec, secrets = load()  # from this project's namespace: ml-platform:cluster and its secrets
-cluster = GpuCluster("gpu", spec, secrets)
+cluster = GpuCluster("gpu", GpuClusterArgs(spec=spec, secrets=secrets))
 after_operator = [cluster.operator] if cluster.operator is not None else []
 
 namespace = kubernetes.core.v1.Namespace(

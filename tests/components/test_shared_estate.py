@@ -8,7 +8,7 @@ from typing import Any
 from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.core.shared_estate import ClusterClaim, estate_conflicts
 from proxmox_gpu_cluster.core.spec import load_spec
-from tests.support import base_spec
+from tests.support import base_spec, two_team_specs
 
 
 def claim(name: str, raw: dict[str, Any], cluster: str | None = None) -> ClusterClaim:
@@ -16,28 +16,13 @@ def claim(name: str, raw: dict[str, Any], cluster: str | None = None) -> Cluster
     return ClusterClaim(name, scope, load_spec(raw))
 
 
-def split() -> tuple[dict[str, Any], dict[str, Any]]:
-    """Two specs on the base spec's hosts and Kubernetes API, owning disjoint GPUs, workers and objects."""
-    a, b = base_spec(), base_spec()
-    a["workers"] = [w for w in a["workers"] if w["name"] != "mig-2"]  # mig-1 on pve1, ts-1 on pve2
-    b["workers"] = [{**b["workers"][1], "name": "team-b-1", "vmid": 9001, "gpus": ["a100-1"], "sharing": "none"}]
-    a["proxmox"]["nodes"][0]["gpus"] = [g for g in a["proxmox"]["nodes"][0]["gpus"] if g["name"] != "a100-1"]
-    b["proxmox"]["nodes"] = [{**b["proxmox"]["nodes"][0], "gpus": [g for g in b["proxmox"]["nodes"][0]["gpus"]
-                                                                 if g["name"] == "a100-1"]}]  # fmt: skip
-    b["gpuOperator"] = {"enabled": False}
-    b["kubernetes"]["drain"] = {"slotNamespace": "team-b-rollouts"}
-    b["priorityClasses"], b["quotas"] = [], []
-    a["quotas"] = []
-    return a, b
-
-
 def test_disjoint_clusters_share_hosts_and_kubernetes() -> None:
-    a, b = split()
+    a, b = two_team_specs()
     assert estate_conflicts(claim("a", a), claim("b", b)) == []
 
 
 def test_every_double_claim_is_named_with_both_clusters() -> None:
-    a, b = split()
+    a, b = two_team_specs()
     b["workers"][0].update(vmid=a["workers"][0]["vmid"], name=a["workers"][0]["name"])
     b["proxmox"]["nodes"] = copy.deepcopy(a["proxmox"]["nodes"])
     b["workers"][0]["gpus"] = ["a100-0"]
@@ -60,7 +45,7 @@ def test_other_datacenters_and_other_kubernetes_clusters_may_reuse_everything() 
 
 
 def test_two_stack_scoped_clusters_would_share_names() -> None:
-    a, b = split()
+    a, b = two_team_specs()
     lines = estate_conflicts(claim("a", a, ""), claim("b", b, ""))
     assert lines == [
         "GpuCluster 'b' and GpuCluster 'a' would name their PCI mappings, snippets and images alike (stack 's' of "

@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from proxmox_gpu_cluster import GpuCluster, Secrets
+from proxmox_gpu_cluster import GpuCluster, GpuClusterArgs, Secrets
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.ssh import connection
@@ -43,7 +43,7 @@ def cluster(agent: bool, key: str | None) -> Recording:
     mocks = RecordingMocks(
         resource_outputs={"command:remote:Command": lambda _: {"stdout": ""}}, invokes=pci_invokes(spec)
     )
-    return run(lambda: GpuCluster("lab", spec, secrets(key)), mocks=mocks)
+    return run(lambda: GpuCluster("lab", GpuClusterArgs(spec=spec, secrets=secrets(key))), mocks=mocks)
 
 
 def keys_named(value: Any, name: str) -> list[Any]:
@@ -95,8 +95,10 @@ def test_with_the_key_every_connection_and_the_provider_carry_it_secret() -> Non
 def test_without_the_agent_a_missing_key_is_refused_naming_it() -> None:
     spec = load_spec(base_spec())
     with pytest.raises(InvalidComponentArgs) as info:
-        run(lambda: GpuCluster("lab", spec, secrets(None)), mocks=RecordingMocks(invokes=pci_invokes(spec)))
-    assert info.value.lines == ["lab.secrets.ssh_private_key: required without proxmox.sshAgent (or turn the agent on)"]
+        GpuClusterArgs(spec=spec, secrets=secrets(None))
+    assert info.value.lines == [
+        "GpuClusterArgs.secrets.ssh_private_key: required: SSH to the Proxmox nodes and guests (or proxmox.sshAgent)"
+    ]
 
 
 def test_a_connection_without_a_key_names_no_key_nor_socket() -> None:

@@ -65,8 +65,8 @@ def test_cluster_with_app_waits_for_the_operator() -> None:
 
 
 def test_the_plan_cli_plans_any_example(capsys: pytest.CaptureFixture[str]) -> None:
-    for example in ("bare-metal-gpu-stack", "single-gpu-vm", "cluster-with-app"):
-        assert main(["dev", "--main", str(EXAMPLES / example), "--json"]) == 0
+    for example in ("bare-metal-gpu-stack", "single-gpu-vm", "cluster-with-app", "two-teams"):
+        assert main(["dev", "--main", str(EXAMPLES / example), "--json", "--placeholder-secrets"]) == 0
         assert yaml.safe_load(capsys.readouterr().out)["project"] == find_program(EXAMPLES / example).project
 
 

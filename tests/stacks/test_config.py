@@ -9,7 +9,7 @@ import pulumi
 import pytest
 import yaml
 
-from proxmox_gpu_cluster import GpuCluster, export
+from proxmox_gpu_cluster import GpuCluster, GpuClusterArgs, export
 from proxmox_gpu_cluster.stacks.config import InvalidStackConfig, load
 from proxmox_gpu_cluster.testing import RecordingMocks, is_secret, run
 from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, stack_config
@@ -17,7 +17,7 @@ from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_string
 
 def program() -> None:
     spec, secrets = load()
-    export(GpuCluster("cluster", spec, secrets))
+    export(GpuCluster("cluster", GpuClusterArgs(spec=spec, secrets=secrets)))
 
 
 class CountingMocks(RecordingMocks):

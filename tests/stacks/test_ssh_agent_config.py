@@ -11,7 +11,7 @@ import pulumi
 import pytest
 import yaml
 
-from proxmox_gpu_cluster import GpuCluster, export
+from proxmox_gpu_cluster import GpuCluster, GpuClusterArgs, export
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.stacks.config import InvalidStackConfig, agent_problems, load
 from proxmox_gpu_cluster.testing import Recording, RecordingMocks, run, unwrap
@@ -28,7 +28,8 @@ KEY_LINE = (
 def program() -> None:
     spec, secrets = load()
     assert (secrets.ssh_private_key is None) == spec.proxmox.ssh_agent
-    export(GpuCluster("cluster", spec, secrets, aliases_from_stack_root=True))
+    args = GpuClusterArgs(spec=spec, secrets=secrets, aliases_from_stack_root=True, stack_scoped_names=True)
+    export(GpuCluster("cluster", args))
 
 
 def plan(raw: dict[str, Any], secrets: dict[str, str]) -> Recording:
