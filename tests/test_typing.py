@@ -31,6 +31,9 @@ from proxmox_gpu_cluster.core.spec_base import SpecModel
 from tests.support import ROOT
 
 GOOD_IMPORTS = """\
+import pulumi
+from proxmox_gpu_cluster.cluster.gpu_cluster import GpuClusterArgs
+from proxmox_gpu_cluster.cluster.providers import Secrets
 from proxmox_gpu_cluster.core.guest_spec import ExpectedGpu, GuestBootstrapSpec
 from proxmox_gpu_cluster.core.monitoring_spec import AlertsSpec, MonitoringSpec
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode, GpuNode
@@ -52,6 +55,7 @@ from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 GPUS = (GpuAssignment(ref="a10-0"), GpuAssignment(ref="a10-1"))
 """
 BAD_IMPORTS = """\
+from proxmox_gpu_cluster.cluster.gpu_cluster import GpuClusterArgs
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode
 from proxmox_gpu_cluster.core.spec import HostGpu, KubeVirtSpec, ProxmoxNode
 from proxmox_gpu_cluster.core.worker_spec import GpuAssignment, TimeSlicing, Worker
@@ -126,6 +130,10 @@ bootstrap = GuestBootstrapSpec(
 )
 vm_args = WorkerVmArgs(worker=worker, gpu_models=("A10", "A10"), ssh_public_keys=(KEY,), node_ssh_address="pve2")
 memory: int = spec.workers[0].memory_mib + spec.workers[0].disk_gib
+SECRET = pulumi.Output.secret("x")
+secrets = Secrets(ssh_private_key=SECRET, kubeconfig=SECRET, proxmox_api_token=SECRET, proxmox_password=SECRET,
+                  join_token=SECRET, ca_cert_hash=SECRET, vgpu_registry_password=SECRET)
+cluster_args = GpuClusterArgs(spec=spec, secrets=secrets, stack_scoped_names=True)
 """
 ).replace("KEY", '"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBxYhxkAFq8yGtzKQpNLT3ZN0r6Jw1c0Kf3z8lL0Q1u1 ops@example"')
 
@@ -142,6 +150,7 @@ HostGpu(name="a10-0", model="A10")  # error: pci_path is required
 ExistingGpuNode(name="bm-1", gpus={"A10": 2}, time_slicng=TimeSlicing(replicas=2))  # error: a misspelt field
 WorkerVmArgs(worker=W, gpu_models=("A10",), ssh_public_keys=("k",), node_ssh_adress="pve2")  # error: misspelt
 WorkerVmArgs(worker=W, gpu_models=("A10",), ssh_public_keys="k")  # error: a string, not a tuple of keys
+GpuClusterArgs(stack_scoped_name=True)  # error: a misspelt field (and no spec nor secrets)
 Worker(name="w", vmid=201, node="pve2", gpus=GPUS, memory_mib=65536, disk_gib=200)  # fine: the field names
 """
 )
