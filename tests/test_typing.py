@@ -128,7 +128,15 @@ bootstrap = GuestBootstrapSpec(
     api_endpoint="k8s.example.test:6443",
     kubernetes_minor=34,
 )
-vm_args = WorkerVmArgs(worker=worker, gpu_models=("A10", "A10"), ssh_public_keys=(KEY,), node_ssh_address="pve2")
+vm_args = WorkerVmArgs(
+    worker=worker,
+    gpu_models=("A10", "A10"),
+    ssh_public_keys=(KEY,),
+    mappings={"a10-0": "m0", "a10-1": "m1"},
+    vendor_data_file_id="local:snippets/vendor.yaml",
+    image_file_id="local:iso/noble.img",
+    node_ssh_address="pve2",
+)
 memory: int = spec.workers[0].memory_mib + spec.workers[0].disk_gib
 SECRET = pulumi.Output.secret("x")
 secrets = Secrets(ssh_private_key=SECRET, kubeconfig=SECRET, proxmox_api_token=SECRET, proxmox_password=SECRET,

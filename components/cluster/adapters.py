@@ -6,6 +6,10 @@ component. Pure (no resources are created here).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import pulumi
+
 from proxmox_gpu_cluster.core.capacity import smoke_test_resource
 from proxmox_gpu_cluster.core.cluster_nodes import MonitoringTargets, gpu_nodes, monitoring_targets
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
@@ -41,15 +45,29 @@ def bootstrap(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
     return bootstrap_spec(spec, worker)
 
 
-def worker_vm(spec: ClusterSpec, worker: Worker) -> WorkerVmArgs:
-    """What ``GpuWorkerVm`` needs of the spec for ``worker``."""
+def worker_vm(
+    spec: ClusterSpec,
+    worker: Worker,
+    *,
+    mappings: Mapping[str, pulumi.Input[str]],
+    vendor_data_file_id: pulumi.Input[str],
+    image_file_id: pulumi.Input[str] | None,
+    ssh_private_key: pulumi.Input[str] | None,
+) -> WorkerVmArgs:
+    """What ``GpuWorkerVm`` needs of the spec for ``worker``, wired to its mappings and boot files; the node agent
+    is installed on the worker's node by the layer (in the VM's ``opts.depends_on``)."""
     return WorkerVmArgs(
         worker=worker,
         gpu_models=tuple(g.model.key for g in worker_gpus(spec, worker)),
         ssh_public_keys=spec.guest.ssh_public_keys,
+        mappings=mappings,
+        vendor_data_file_id=vendor_data_file_id,
+        image_file_id=image_file_id,
         password_auth=spec.proxmox.auth_mode == "password",
         node_ssh_address=spec.node(worker.node).ssh_address,
         node_ssh_user=spec.proxmox.ssh_user,
+        ssh_private_key=ssh_private_key,
+        host_agent_installed=True,
     )
 
 

@@ -111,16 +111,17 @@ def build_proxmox(
             own = [mappings.by_gpu[claim.ref] for claim in worker.gpus]
             vms[worker.name] = GpuWorkerVm(
                 f"{prefix}-{worker.name}",
-                adapters.worker_vm(spec, worker),
-                provider=proxmox,
-                mappings={claim.ref: mappings.by_gpu[claim.ref].name for claim in worker.gpus},
-                vendor_data_file_id=files.vendor_data_file_id,
-                image_file_id=item(files.image_file_ids, url) if url else None,
-                host_command=host_command,
-                ssh_private_key=ssh_private_key,
-                depends_on=[*own, *after_prep, agent],
-                host_agent_installed=True,
-                opts=child,
+                adapters.worker_vm(
+                    spec,
+                    worker,
+                    mappings={claim.ref: mappings.by_gpu[claim.ref].name for claim in worker.gpus},
+                    vendor_data_file_id=files.vendor_data_file_id,
+                    image_file_id=item(files.image_file_ids, url) if url else None,
+                    ssh_private_key=ssh_private_key,
+                ),
+                pulumi.ResourceOptions(
+                    parent=parent, providers=[proxmox, host_command], depends_on=[*own, *after_prep, agent]
+                ),
             )
     return ProxmoxLayer(
         vms=vms, iommu_checks={n: r.check for n, r in preflights.items()}, host_preps=preps, host_agents=host_agents

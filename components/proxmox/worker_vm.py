@@ -9,12 +9,12 @@ import pulumi_command as command
 import pulumi_proxmoxve as proxmoxve
 from pydantic import Field, model_validator
 
+from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
-from proxmox_gpu_cluster.core.spec_base import GpuModelKey, HostName, SpecModel
+from proxmox_gpu_cluster.core.spec_base import GpuModelKey, HostName
 from proxmox_gpu_cluster.core.worker_spec import Worker
-from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.node_agent import agent_unless_installed
+from proxmox_gpu_cluster.node_agent import agent_unless_installed, caller_dependencies
 from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 
@@ -26,14 +26,25 @@ BOOT_INPUTS = ("disks[*].fileId", "clone", "initialization.vendorDataFileId")
 bpg/terraform-provider-proxmox): a new image or snippet name applies to new VMs only."""
 
 
-class WorkerVmArgs(SpecModel):
-    """What a GPU worker VM is made of, besides the resources it is wired to."""
+class WorkerVmArgs(ComponentArgs):
+    """What a GPU worker VM is made of, and the resources it is wired to (its GPUs' mappings, its boot files)."""
 
     worker: Worker = Field(description="The VM: id, node, size, image, network, GPU claims (by mapping key).")
     gpu_models: tuple[GpuModelKey, ...] = Field(
         min_length=1, description="Catalog model of each claimed GPU, in claim order (large BAR, tags)."
     )
     ssh_public_keys: tuple[str, ...] = Field(min_length=1, description="Keys cloud-init installs for the user.")
+    mappings: Mapping[str, Input[str]] = Field(
+        description="GPU name -> PCI mapping name (``GpuPciMappings.by_gpu[gpu].name``), for every claimed GPU."
+    )
+    vendor_data_file_id: Input[str] = Field(
+        description="The vendor-data snippet's volume id (``WorkerBootFiles.vendor_data_file_id``)."
+    )
+    image_file_id: Input[str] | None = Field(
+        default=None,
+        description="The downloaded cloud image's volume id (``WorkerBootFiles.image_file_ids``); None when the "
+        "worker clones a template.",
+    )
     password_auth: bool = Field(
         default=False,
         description="The provider logs in as root@pam with a password, so the VM can carry raw kvm arguments "
@@ -43,14 +54,32 @@ class WorkerVmArgs(SpecModel):
         default=None, description="SSH address of the VM's Proxmox node (large-BAR GPUs in token mode)."
     )
     node_ssh_user: str = Field(default="root", description="SSH user on the Proxmox node.")
+    ssh_private_key: Input[str] | None = Field(
+        default=None,
+        description="SSH private key for the Proxmox node (a secret; large-BAR GPUs in token mode); None means the "
+        "ssh-agent (``proxmox.sshAgent``): no step carries a key.",
+    )
+    host_agent_installed: bool = Field(
+        default=False,
+        description="The node agent is already on the Proxmox node (its copy in ``opts.depends_on``); otherwise the "
+        "large-BAR step installs it (``<name>-host-agent``).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkerVmArgs:
         problems = []
         if len(self.gpu_models) != len(self.worker.gpus):
-            problems.append(Problem("gpuModels", f"one model per GPU claim ({len(self.worker.gpus)})"))
+            problems.append(Problem("gpu_models", f"one model per GPU claim ({len(self.worker.gpus)})"))
         if self.large_bar and not self.password_auth and self.node_ssh_address is None:
-            problems.append(Problem("nodeSshAddress", "a large-BAR GPU in token mode is set up over SSH on the node"))
+            problems.append(Problem("node_ssh_address", "a large-BAR GPU in token mode is set up over SSH on the node"))
+        known = ", ".join(sorted(self.mappings)) or "none"
+        problems += [
+            Problem(f"worker.gpus[{i}]", f"no PCI mapping for GPU {claim.ref} in mappings (has: {known})")
+            for i, claim in enumerate(self.worker.gpus)
+            if claim.ref not in self.mappings
+        ]
+        if self.worker.image.cloud_image_url is not None and self.image_file_id is None:
+            problems.append(Problem("image_file_id", "the worker boots from a cloud image: pass its downloaded file"))
         if problems:
             raise SpecViolations(problems)
         return self
@@ -100,36 +129,17 @@ class GpuWorkerVm(pulumi.ComponentResource):
     vm: proxmoxve.VmLegacy
     """The VM resource itself, for ``replace_with`` on whatever must start over when the VM is replaced."""
 
-    def __init__(
-        self,
-        name: str,
-        args: WorkerVmArgs,
-        *,
-        provider: proxmoxve.Provider,
-        mappings: Mapping[str, pulumi.Input[str]],
-        vendor_data_file_id: pulumi.Input[str],
-        image_file_id: pulumi.Input[str] | None = None,
-        host_command: command.Provider | None = None,
-        ssh_private_key: pulumi.Input[str] | None = None,
-        depends_on: Sequence[pulumi.Resource] = (),
-        host_agent_installed: bool = False,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``mappings``: GPU name -> PCI mapping name. ``image_file_id``: the downloaded cloud image (None when
-        the worker clones a template). ``host_command``/``ssh_private_key``: used for the large-BAR setting in
-        token mode, through ``qm set`` on the Proxmox node (the node agent's ``large-bar`` step: installed on the node
-        by this component, ``<name>-host-agent``, unless ``host_agent_installed`` says another did and it is in
-        ``depends_on``). ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a
-        key."""
+    def __init__(self, name: str, args: WorkerVmArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the providers in ``opts.providers`` (Proxmox for the VM; in token mode with a large-BAR GPU
+        also a command provider for the ``qm set`` step on the node, the node agent's ``large-bar`` step), or only
+        the Proxmox one in ``opts.provider`` (the step then uses the default command provider); ``opts.depends_on``
+        (the GPUs' mappings, host prep, the node's agent copy) reaches the VM."""
         super().__init__("proxmox-gpu-cluster:worker_vm:GpuWorkerVm", name, None, opts)
         worker = args.worker
         password_mode = args.password_auth
         large_bar = args.large_bar
         net = worker.network
-        unmapped = [i for i, claim in enumerate(worker.gpus) if claim.ref not in mappings]
-        if unmapped:
-            problems = [Problem(f"worker.gpus[{i}]", f"no PCI mapping for GPU {worker.gpus[i].ref}") for i in unmapped]
-            raise InvalidComponentArgs(name, problems)
+        mappings = args.mappings
         hostpcis = [
             proxmoxve.VmLegacyHostpciArgs(
                 device=f"hostpci{i}",
@@ -189,7 +199,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
                     proxmoxve.VmLegacyDiskArgs(
                         interface="scsi0",
                         datastore_id=worker.datastore,
-                        file_id=image_file_id,
+                        file_id=args.image_file_id,
                         size=worker.disk_gib,
                         discard="on",
                         iothread=True,
@@ -208,16 +218,15 @@ class GpuWorkerVm(pulumi.ComponentResource):
                     user_account=proxmoxve.VmLegacyInitializationUserAccountArgs(
                         username=worker.ssh_user, keys=list(args.ssh_public_keys)
                     ),
-                    vendor_data_file_id=vendor_data_file_id,
+                    vendor_data_file_id=args.vendor_data_file_id,
                 ),
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                provider=provider,
                 protect=worker.protect,
                 ignore_changes=ignore,
                 delete_before_replace=True,
-                depends_on=list(depends_on),
+                depends_on=caller_dependencies(opts),
             ),
         )
         # Derived from VM outputs, not the plain spec value, so whoever connects to the address waits for the VM
@@ -228,15 +237,11 @@ class GpuWorkerVm(pulumi.ComponentResource):
         else:
             static = net.ipv4.split("/")[0]
             address = vm.vm_id.apply(lambda _: static)
-        if window_on_host:
-            if host_command is None or args.node_ssh_address is None:
-                problem = Problem("hostCommand", "a large-BAR worker in token mode needs host_command")
-                raise InvalidComponentArgs(name, [problem])
+        if window_on_host and args.node_ssh_address is not None:  # the args require the address then
             user = args.node_ssh_user
-            connection = ssh_connection(args.node_ssh_address, user, ssh_private_key)
+            connection = ssh_connection(args.node_ssh_address, user, args.ssh_private_key)
             after = [vm, *agent_unless_installed(
-                host_agent_installed, f"{name}-host-agent", "host", connection=connection, provider=host_command,
-                parent=self,
+                args.host_agent_installed, f"{name}-host-agent", "host", connection=connection, parent=self,
             )]  # fmt: skip
             window = command.remote.Command(
                 f"{name}-large-bar",
@@ -247,7 +252,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
                     ),
                 ),
                 # A replaced VM is created stopped again, without the args: set them and start it.
-                opts=pulumi.ResourceOptions(parent=self, provider=host_command, depends_on=after, replace_with=[vm]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after, replace_with=[vm]),
             )
             # The VM runs only after this step: a static address is worth connecting to then; a DHCP one is what
             # the guest agent reported once it did (the provider saw a stopped VM, so it has none).

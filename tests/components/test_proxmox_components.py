@@ -73,45 +73,60 @@ def test_host_prep_on_one_node() -> None:
     assert "10de:27b8" in rec.named("prep-prep").plain_inputs["create"]  # the L4 goes to vfio-pci
 
 
-def test_worker_vm_from_its_args() -> None:
-    args = WorkerVmArgs(worker=worker(), gpu_models=("L4",), ssh_public_keys=(KEY,))
+def vm_args(**changes: object) -> WorkerVmArgs:
+    base: dict[str, object] = {
+        "worker": worker(image={"templateVmid": 9000}), "gpu_models": ("L4",), "ssh_public_keys": (KEY,),
+        "mappings": {"l4-0": "map-l4"}, "vendor_data_file_id": "local:snippets/v.yaml",
+    }  # fmt: skip
+    return WorkerVmArgs(**{**base, **changes})  # type: ignore[arg-type]
 
+
+def test_worker_vm_from_its_args() -> None:
     def program() -> None:
-        GpuWorkerVm(
-            "vm", args, provider=proxmoxve.Provider("pve"), mappings={"l4-0": "map-l4"}, vendor_data_file_id="s"
-        )
+        GpuWorkerVm("vm", vm_args(), ResourceOptions(provider=proxmoxve.Provider("pve")))
 
     rec = run(program)
-    vm = rec.one("proxmoxve:index/vmLegacy:VmLegacy").plain_inputs
-    assert vm["hostpcis"][0]["mapping"] == "map-l4" and vm["tags"] == ["l4", "proxmox-gpu-cluster"]
+    vm = rec.one("proxmoxve:index/vmLegacy:VmLegacy")
+    assert vm.plain_inputs["hostpcis"][0]["mapping"] == "map-l4"
+    assert vm.plain_inputs["tags"] == ["l4", "proxmox-gpu-cluster"]
+    assert vm.provider.endswith("pulumi:providers:proxmoxve::pve")  # inherited from the component's opts
     assert not rec.of_type("command:remote:Command")  # an L4 needs no large-BAR window
 
 
-def test_worker_vm_needs_a_mapping_per_claimed_gpu() -> None:
-    args = WorkerVmArgs(worker=worker(), gpu_models=("L4",), ssh_public_keys=(KEY,))
-
-    def program() -> None:
-        GpuWorkerVm("vm", args, provider=proxmoxve.Provider("pve"), mappings={"other": "m"}, vendor_data_file_id="s")
-
-    with pytest.raises(InvalidComponentArgs) as err:
-        run(program)
-    assert err.value.lines == ["vm.worker.gpus[0]: no PCI mapping for GPU l4-0"]
-
-
 def test_worker_vm_args_refuse_what_cannot_be_built() -> None:
-    with pytest.raises(ValueError, match="one model per GPU claim"):
-        WorkerVmArgs(worker=worker(), gpu_models=("L4", "L4"), ssh_public_keys=(KEY,))
-    with pytest.raises(ValueError, match="set up over SSH on the node"):
-        WorkerVmArgs(worker=worker(), gpu_models=("A100-PCIE-40GB",), ssh_public_keys=(KEY,))
-    args = WorkerVmArgs(
-        worker=worker(), gpu_models=("A100-PCIE-40GB",), ssh_public_keys=(KEY,), node_ssh_address="192.0.2.19"
-    )
+    with pytest.raises(InvalidComponentArgs) as err:
+        vm_args(gpu_models=("L4", "L4"), mappings={"other": "m"})
+    assert isinstance(err.value, pulumi.RunError)
+    assert err.value.lines == [
+        "WorkerVmArgs.gpu_models: one model per GPU claim (1)",
+        "WorkerVmArgs.worker.gpus[0]: no PCI mapping for GPU l4-0 in mappings (has: other)",
+    ]
+    with pytest.raises(InvalidComponentArgs) as err:
+        vm_args(gpu_modles=(), port="22")
+    assert err.value.lines == [
+        "WorkerVmArgs.gpu_modles: unknown field (check the spelling)",
+        "WorkerVmArgs.port: unknown field (check the spelling)",
+    ]
+    with pytest.raises(InvalidComponentArgs) as err:
+        vm_args(worker=worker(), gpu_models=("A100-PCIE-40GB",))
+    assert err.value.lines == [
+        "WorkerVmArgs.image_file_id: the worker boots from a cloud image: pass its downloaded file",
+        "WorkerVmArgs.node_ssh_address: a large-BAR GPU in token mode is set up over SSH on the node",
+    ]
+    with pytest.raises(InvalidComponentArgs) as err:
+        vm_args(gpu_models=("A100-80GB",))
+    assert err.value.lines[0].startswith("WorkerVmArgs.gpu_models[0]: unknown GPU model 'A100-80GB'; known: ")
+
+
+def test_a_large_bar_worker_in_token_mode_sets_its_window_with_the_callers_command_provider() -> None:
+    args = vm_args(gpu_models=("A100-PCIE-40GB",), node_ssh_address="192.0.2.19")
 
     def program() -> None:
-        GpuWorkerVm("vm", args, provider=proxmoxve.Provider("pve"), mappings={"l4-0": "m"}, vendor_data_file_id="s")
+        providers = [proxmoxve.Provider("pve"), command.Provider("ssh")]
+        GpuWorkerVm("vm", args, ResourceOptions(providers=providers))
 
-    with pytest.raises(InvalidComponentArgs) as err:
-        run(program)
-    assert isinstance(err.value, pulumi.RunError)
-    # No ssh_private_key is fine (the ssh-agent); the command provider is what the qm step cannot do without.
-    assert err.value.lines == ["vm.hostCommand: a large-BAR worker in token mode needs host_command"]
+    rec = run(program)
+    window, agent = rec.named("vm-large-bar"), rec.named("vm-host-agent")
+    assert window.provider.endswith("pulumi:providers:command::ssh") and agent.provider == window.provider
+    assert rec.one("proxmoxve:index/vmLegacy:VmLegacy").provider.endswith("pulumi:providers:proxmoxve::pve")
+    assert agent.urn in window.dependencies
