@@ -74,12 +74,13 @@ import pulumi_kubernetes as kubernetes
 
 from components.team import TEAM  # the user's own package called components
 from proxmox_gpu_cluster.core.operator_spec import GpuOperatorSpec
-from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
+from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels, GpuNodeLabelsArgs
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 from proxmox_gpu_cluster.stacks.config import load_nodes
 
 k8s = kubernetes.Provider("k8s", kubeconfig=pulumi.Config().require_secret("kubeconfig"))
-GpuNodeLabels(f"{TEAM}-gpu-nodes", GpuStack(operator=GpuOperatorSpec(), nodes=tuple(load_nodes())), provider=k8s)
+stack = GpuStack(operator=GpuOperatorSpec(), nodes=tuple(load_nodes()))
+GpuNodeLabels(f"{TEAM}-gpu-nodes", GpuNodeLabelsArgs(stack=stack), pulumi.ResourceOptions(provider=k8s))
 """
 
 

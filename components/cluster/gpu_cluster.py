@@ -18,22 +18,22 @@ from proxmox_gpu_cluster.cluster.builders import (
 )
 from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers, needed_secrets, ssh_key
 from proxmox_gpu_cluster.cluster.proxmox_layer import build_proxmox
-from proxmox_gpu_cluster.core.capacity import capacity_output, quota_warnings
-from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes, monitoring_targets
+from proxmox_gpu_cluster.core.capacity import capacity_output
+from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.core.shared_estate import ClusterClaim, estate_conflicts
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.gpu.dra_driver import DraDriver
-from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring
-from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
-from proxmox_gpu_cluster.gpu.gpu_operator import GpuOperator
-from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas
-from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices
-from proxmox_gpu_cluster.gpu.node_access import NodeStepAccess
-from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses
-from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest
+from proxmox_gpu_cluster.gpu.dra_driver import DraDriver, DraDriverArgs
+from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring, GpuMonitoringArgs
+from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels, GpuNodeLabelsArgs
+from proxmox_gpu_cluster.gpu.gpu_operator import GpuOperator, GpuOperatorArgs
+from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotas, GpuQuotasArgs
+from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices, KubeVirtGpuDevicesArgs
+from proxmox_gpu_cluster.gpu.node_access import NodeStepAccess, NodeStepAccessArgs
+from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses, GpuPriorityClassesArgs
+from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest, GpuSmokeTestArgs
 from proxmox_gpu_cluster.render.disruption import host_reboot, host_roll
 from proxmox_gpu_cluster.render.kubevirt import permitted_host_devices
 
@@ -171,10 +171,15 @@ class GpuCluster(pulumi.ComponentResource):
         )
         self.proxmox = layer
         k8s = self.providers.kubernetes
+        on_k8s = pulumi.ResourceOptions(parent=self, provider=k8s)  # the GPU components' children inherit it
+
+        def after(*resources: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, provider=k8s, depends_on=list(resources))
+
         # What the node steps may do as the node itself (no admin credential on the machines): every worker's
         # steps wait for it, and are deleted (the retirement's drain) before it.
         self.node_access = NodeStepAccess(
-            f"{name}-node-access", spec.kubernetes.drain.slot_namespace, provider=k8s, opts=child
+            f"{name}-node-access", NodeStepAccessArgs(slot_namespace=spec.kubernetes.drain.slot_namespace), on_k8s
         )
         guests = pulumi.ResourceOptions(parent=self, depends_on=[self.node_access])
         self.bootstraps = build_guests(name, spec, layer, secrets, self.providers.command, opts=guests)
@@ -195,11 +200,12 @@ class GpuCluster(pulumi.ComponentResource):
                      for n, b in self.bootstraps.items()}  # fmt: skip
             labels = GpuNodeLabels(
                 f"{name}-gpu-nodes",
-                stack,
-                provider=k8s,
-                node_ready=ready,
-                replace_with={n: [b.final_step] for n, b in self.bootstraps.items()},
-                opts=child,
+                GpuNodeLabelsArgs(
+                    stack=stack,
+                    node_ready=ready,
+                    replace_with={n: [b.final_step] for n, b in self.bootstraps.items()},
+                ),
+                on_k8s,
             )
             gpu_stack.append(labels)
         for node, rollout in self.mig_rollouts.items():  # restart (if due) and wait, once the label changed
@@ -213,24 +219,17 @@ class GpuCluster(pulumi.ComponentResource):
         if op.enabled:
             self.operator = operator = GpuOperator(
                 f"{name}-gpu-operator",
-                stack,
-                provider=k8s,
-                vgpu_registry_password=secrets.vgpu_registry_password,
-                depends_on=gpu_stack,
-                opts=child,
+                GpuOperatorArgs(stack=stack, vgpu_registry_password=secrets.vgpu_registry_password),
+                after(*gpu_stack),
             )
             gpu_stack.append(operator)
             if op.monitoring.prometheus or op.monitoring.dashboard.enabled:
-                targets = monitoring_targets(stack.nodes)
                 GpuMonitoring(
                     f"{name}-gpu-monitoring",
-                    op.monitoring,
-                    provider=k8s,
-                    operator_namespace=operator.namespace,
-                    exporter_nodes=targets.exporter_nodes,
-                    row_remapping=targets.row_remapping,
-                    mig=targets.mig,
-                    opts=child,
+                    GpuMonitoringArgs(
+                        monitoring=op.monitoring, operator_namespace=operator.namespace, nodes=stack.nodes
+                    ),
+                    on_k8s,
                 )
             gates = build_capacity_gates(
                 name, spec, stack, capacity, self.bootstraps, after=[operator.release], labels=labels, secrets=secrets,
@@ -239,43 +238,41 @@ class GpuCluster(pulumi.ComponentResource):
             if op.smoke_test.enabled:
                 GpuSmokeTest(
                     f"{name}-gpu-smoke-test",
-                    op.smoke_test,
-                    resource=adapters.smoke_test_resource(spec) or "nvidia.com/gpu",  # validation: never None here
-                    rerun_key=adapters.smoke_test_rerun_key(spec, stack),
-                    provider=k8s,
-                    namespace=operator.namespace,
-                    depends_on=[operator, *gates.values()],
-                    opts=child,
+                    GpuSmokeTestArgs(
+                        test=op.smoke_test,
+                        resource=adapters.smoke_test_resource(spec) or "nvidia.com/gpu",  # validation: never None
+                        rerun_key=adapters.smoke_test_rerun_key(spec, stack),
+                        namespace=operator.namespace,
+                    ),
+                    after(operator, *gates.values()),
                 )
         if stack.uses_dra:
             # One creator per Namespace: with the operator's namespace, the DRA driver installs into it.
             shared = self.operator.namespace if self.operator and op.dra.namespace == op.namespace else None
             DraDriver(
                 f"{name}-dra-driver",
-                op.dra,
-                driver_mode=op.driver_mode,
-                provider=k8s,
-                namespace=shared,
-                depends_on=gpu_stack,
-                opts=child,
+                DraDriverArgs(dra=op.dra, driver_mode=op.driver_mode, namespace=shared),
+                after(*gpu_stack),
             )
         if spec.kubevirt.enabled:
             warn_experimental(spec)
             if spec.kubevirt.patch_kubevirt:
-                KubeVirtGpuDevices(f"{name}-kubevirt-gpus", spec.kubevirt, nodes=stack.nodes, provider=k8s, opts=child)
+                kubevirt = KubeVirtGpuDevicesArgs(kubevirt=spec.kubevirt, nodes=stack.nodes)
+                KubeVirtGpuDevices(f"{name}-kubevirt-gpus", kubevirt, on_k8s)
         classes = None
         if spec.priority_classes:
             classes = GpuPriorityClasses(
-                f"{name}-gpu-priority-classes", spec.priority_classes, provider=k8s, opts=child
+                f"{name}-gpu-priority-classes", GpuPriorityClassesArgs(classes=spec.priority_classes), on_k8s
             )
         if spec.quotas:
             GpuQuotas(
                 f"{name}-gpu-quotas",
-                spec.quotas,
-                provider=k8s,
-                warnings=quota_warnings(spec),
-                depends_on=[classes] if classes else [],
-                opts=child,
+                GpuQuotasArgs(
+                    quotas=spec.quotas,
+                    capacity=tuple(capacity),
+                    priority_classes=tuple(c.name for c in spec.priority_classes),
+                ),
+                after(*([classes] if classes else [])),
             )
         self.capacity_rows = capacity
         self.workers = pulumi.Output.from_input(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel, MigProfile
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes, worker_node
 from proxmox_gpu_cluster.core.nodes import GpuNode
+from proxmox_gpu_cluster.core.validation_scheduling import quota_capacity_warnings
 
 if TYPE_CHECKING:
     # Types only: the spec module runs the cross-field validation, which imports this module.
@@ -118,8 +119,13 @@ def capacity_table(spec: ClusterSpec) -> list[WorkerCapacity]:
 
 def cluster_capacity(spec: ClusterSpec) -> dict[str, int]:
     """Total of every resource across all workers."""
+    return advertised_total(capacity_table(spec))
+
+
+def advertised_total(rows: Sequence[WorkerCapacity]) -> dict[str, int]:
+    """Total of every resource the nodes of ``rows`` advertise."""
     total: Counter[str] = Counter()
-    for row in capacity_table(spec):
+    for row in rows:
         total.update(row.resources)
     return dict(sorted(total.items()))
 
@@ -144,13 +150,7 @@ def quota_hard(resources: dict[str, int]) -> dict[str, str]:
 
 def quota_warnings(spec: ClusterSpec) -> list[str]:
     """Quotas larger than what the whole cluster advertises (legal, but a sign of a typo)."""
-    total = cluster_capacity(spec)
-    return [
-        f"quotas[{i}] ({q.namespace}): {name} {count} exceeds the cluster's capacity of {total.get(name, 0)}"
-        for i, q in enumerate(spec.quotas)
-        for name, count in sorted(q.resources.items())
-        if count > total.get(name, 0)
-    ]
+    return quota_capacity_warnings(spec.quotas, cluster_capacity(spec))
 
 
 def capacity_output(rows: Sequence[WorkerCapacity]) -> dict[str, dict[str, Any]]:

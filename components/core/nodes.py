@@ -7,15 +7,26 @@ existing node, bare metal or someone else's VM, is described with ``ExistingGpuN
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, model_validator
 
 from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.mig import mig_config_problems
-from proxmox_gpu_cluster.core.spec_base import GpuModelKey, Int, MigConfig, Name, SpecModel, VgpuType
+from proxmox_gpu_cluster.core.spec_base import (
+    DNS_LABEL,
+    VGPU_TYPE,
+    GpuModelKey,
+    Int,
+    MigConfig,
+    Name,
+    SpecModel,
+    VgpuType,
+)
 from proxmox_gpu_cluster.core.worker_spec import TimeSlicing
 
 Workload = Literal["container", "vm-passthrough", "vm-vgpu"]
@@ -90,25 +101,12 @@ class ExistingGpuNode(SpecModel):
     @model_validator(mode="after")
     def _consistent(self) -> ExistingGpuNode:
         problems: list[Problem] = []
-        if self.time_slicing is not None and self.sharing == "none":
-            problems.append(Problem("timeSlicing", "only applies when sharing is time-slicing or mig"))
-        if self.sharing == "time-slicing" and self.time_slicing is None:
-            problems.append(Problem("timeSlicing", "sharing time-slicing needs timeSlicing.replicas"))
-        if self.sharing == "mig":
-            if self.mig is None:
-                problems.append(Problem("mig", "sharing mig needs a MIG config (a name like all-1g.5gb or a geometry)"))
-            for key in self.gpus:
-                model = CATALOG[key]
-                if not model.mig_capable:
-                    problems.append(Problem("mig", f"{key} does not support MIG"))
-                elif self.mig is not None:  # the rules a worker's GPUs get (placement, known profiles)
-                    problems.extend(Problem("mig", m) for m in mig_config_problems(model, self.mig))
-        elif self.mig is not None:
+        if self.sharing == "mig" and self.mig is None:
+            problems.append(Problem("mig", "sharing mig needs a MIG config (a name like all-1g.5gb or a geometry)"))
+        elif self.mig is not None and self.sharing != "mig":
             problems.append(Problem("mig", f"only applies when sharing is mig (sharing is {self.sharing})"))
-        if self.workload != "container" and (self.sharing != "none" or self.dra):
-            problems.append(Problem("workload", f"{self.workload} nodes hand whole GPUs to VMs: no sharing, no DRA"))
-        if (self.workload == "vm-vgpu") != (self.vgpu_type is not None):
-            problems.append(Problem("vgpuType", "set exactly when workload is vm-vgpu"))
+        # The rules every GPU node keeps (placement, known profiles, workload), on the node as the stack sees it.
+        problems += gpu_node_problems(self.resolve(), mig_at=lambda _: "mig", camel=True)
         if problems:
             raise SpecViolations(problems)
         return self
@@ -127,3 +125,75 @@ class ExistingGpuNode(SpecModel):
             dra=self.dra,
             taint=self.taint,
         )
+
+
+_CAMEL = {"time_slicing": "timeSlicing", "vgpu_type": "vgpuType"}
+_WORKLOADS: tuple[str, ...] = get_args(Workload)
+_SHARING: tuple[str, ...] = get_args(Sharing)
+
+
+def gpu_node_problems(
+    node: GpuNode, *, mig_at: Callable[[int], str] | None = None, camel: bool = False
+) -> list[Problem]:
+    """What makes ``node`` unusable, whoever built it (``ExistingGpuNode``, or a ``GpuNode`` by hand): its shape
+    first (a hand-built node is not validated by pydantic), then the sharing, MIG and workload rules. Paths are
+    below the node, in field names (``camel``: as a stack file spells them); ``mig_at(i)`` is where the MIG config
+    of GPU ``i`` comes from (default ``gpus[i].mig_config``)."""
+    shape = _shape_problems(node)
+    if shape:
+        return shape
+
+    def at(name: str) -> str:
+        return _CAMEL.get(name, name) if camel else name
+
+    mig_path = mig_at or (lambda i: f"gpus[{i}].mig_config")
+    out: list[Problem] = []
+    if node.time_slicing is not None and node.sharing == "none":
+        out.append(Problem(at("time_slicing"), "only applies when sharing is time-slicing or mig"))
+    if node.sharing == "time-slicing" and node.time_slicing is None:
+        out.append(Problem(at("time_slicing"), "sharing time-slicing needs timeSlicing.replicas"))
+    for i, gpu in enumerate(node.gpus):
+        if node.sharing != "mig":
+            if gpu.mig_config is not None:
+                out.append(Problem(mig_path(i), f"only applies when sharing is mig (sharing is {node.sharing})"))
+        elif not gpu.model.mig_capable:
+            out.append(Problem(mig_path(i), f"{gpu.model.key} does not support MIG"))
+        elif gpu.mig_config is None:
+            out.append(Problem(mig_path(i), "sharing mig needs a MIG config (a name like all-1g.5gb or a geometry)"))
+        else:  # the rules a worker's GPUs get (placement, known profiles)
+            out += [Problem(mig_path(i), m) for m in mig_config_problems(gpu.model, gpu.mig_config)]
+    if node.workload != "container" and (node.sharing != "none" or node.dra):
+        out.append(Problem("workload", f"{node.workload} nodes hand whole GPUs to VMs: no sharing, no DRA"))
+    if (node.workload == "vm-vgpu") != (node.vgpu_type is not None):
+        out.append(Problem(at("vgpu_type"), "set exactly when workload is vm-vgpu"))
+    return out
+
+
+def _shape_problems(node: GpuNode) -> list[Problem]:
+    """The types and values pydantic checks on an ``ExistingGpuNode``, for a ``GpuNode`` built by hand."""
+    out: list[Problem] = []
+    if not isinstance(node.name, str) or not re.fullmatch(DNS_LABEL, node.name):
+        out.append(Problem("name", f"expected a Kubernetes node name (a lower-case DNS label), got {node.name!r:.80}"))
+    if node.workload not in _WORKLOADS:
+        out.append(Problem("workload", f"expected one of {', '.join(_WORKLOADS)}, got {node.workload!r:.40}"))
+    if node.sharing not in _SHARING:
+        out.append(Problem("sharing", f"expected one of {', '.join(_SHARING)}, got {node.sharing!r:.40}"))
+    if node.time_slicing is not None and not isinstance(node.time_slicing, TimeSlicing):
+        out.append(Problem("time_slicing", f"expected a TimeSlicing, got {type(node.time_slicing).__name__}"))
+    if node.vgpu_type is not None and not (isinstance(node.vgpu_type, str) and re.fullmatch(VGPU_TYPE, node.vgpu_type)):
+        out.append(Problem("vgpu_type", f"expected a vGPU type like A10-24Q, got {node.vgpu_type!r:.40}"))
+    if not isinstance(node.gpus, tuple) or not node.gpus:
+        out.append(Problem("gpus", "expected a non-empty tuple of NodeGpu"))
+        return out
+    for i, gpu in enumerate(node.gpus):
+        if not isinstance(gpu, NodeGpu):
+            out.append(Problem(f"gpus[{i}]", f"expected a NodeGpu, got {type(gpu).__name__}"))
+        elif not isinstance(gpu.model, GpuModel):
+            known = ", ".join(CATALOG)
+            out.append(
+                Problem(f"gpus[{i}].model", f"expected a catalog entry (catalog.CATALOG[key]; known: {known}), "
+                        f"got {gpu.model!r:.40}")
+            )  # fmt: skip
+        elif gpu.mig_config is not None and not isinstance(gpu.mig_config, str | dict):
+            out.append(Problem(f"gpus[{i}].mig_config", "expected a MIG config name or a {profile: count} geometry"))
+    return out

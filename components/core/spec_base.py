@@ -331,7 +331,8 @@ DriverVersion = Annotated[str, Field(pattern=r"^[0-9]{3}\.[0-9]{1,3}(\.[0-9]{1,3
 ToolkitVersion = Annotated[str, Field(pattern=r"^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}(~rc\.[0-9]{1,4})?-[0-9]{1,4}$")]
 """An apt version of the NVIDIA Container Toolkit packages, e.g. ``1.18.2-1``."""
 DEFAULT_TOOLKIT_VERSION = "1.18.2-1"
-VgpuType = Annotated[str, Field(pattern=r"^[A-Z0-9]{1,16}-[0-9]{1,4}[QCBA]$")]
+VGPU_TYPE = r"^[A-Z0-9]{1,16}-[0-9]{1,4}[QCBA]$"
+VgpuType = Annotated[str, Field(pattern=VGPU_TYPE)]
 """An NVIDIA vGPU type: board prefix, framebuffer GB and series, e.g. ``A10-24Q``."""
 ApiEndpoint = Annotated[str, AfterValidator(check_api_endpoint)]
 """A Kubernetes API server ``host:port`` or ``[IPv6]:port``."""

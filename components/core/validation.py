@@ -6,8 +6,7 @@ these run once every field is well-formed, and all of their problems are reporte
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from proxmox_gpu_cluster.core.capacity import cluster_capacity, smoke_test_resource
 from proxmox_gpu_cluster.core.catalog import CATALOG
@@ -17,7 +16,15 @@ from proxmox_gpu_cluster.core.inventory import effective_mig, find_host_gpu, wor
 from proxmox_gpu_cluster.core.mig import mig_config_problems
 from proxmox_gpu_cluster.core.validation_hosts import host_problems
 from proxmox_gpu_cluster.core.validation_kubevirt import kubevirt_problems, vm_worker_problems
-from proxmox_gpu_cluster.core.validation_operator import operator_problems
+from proxmox_gpu_cluster.core.validation_operator import driver_branch_problems, operator_problems
+from proxmox_gpu_cluster.core.validation_scheduling import (
+    dupes as _dupes,
+)
+from proxmox_gpu_cluster.core.validation_scheduling import (
+    priority_class_problems,
+    quota_capacity_problems,
+    quota_problems,
+)
 
 if TYPE_CHECKING:
     # Types only: the spec module runs the cross-field validation, which imports this module.
@@ -29,8 +36,6 @@ DRA_MIN_KUBERNETES_MINOR = 34
 """resource.k8s.io/v1 (DRA GA) is served from Kubernetes 1.34; the NVIDIA DRA driver requires it."""
 DRA_MIN_DRIVER_BRANCH = 580
 """The NVIDIA DRA driver for GPUs requires driver 580 or later (NVIDIA GPU Operator DRA docs)."""
-OPEN_MODULES_FIRST_BRANCH = 515
-"""NVIDIA published the open GPU kernel modules with R515 (github.com/NVIDIA/open-gpu-kernel-modules)."""
 
 SXM_REASON = (
     "passed through to a VM without its board's NVSwitches and Fabric Manager, its NVLink fabric stays 'In "
@@ -38,8 +43,6 @@ SXM_REASON = (
     "with the driver on the host); run the board as a bare-metal node (ExistingGpuNode) instead"
 )
 """Why an SXM GPU cannot be a worker's passthrough GPU."""
-
-T = TypeVar("T")
 
 
 def cross_check(spec: ClusterSpec) -> list[Problem]:
@@ -63,18 +66,6 @@ def cross_check(spec: ClusterSpec) -> list[Problem]:
     return problems
 
 
-def _dupes(items: Iterable[T], path: str, what: str) -> list[Problem]:
-    seen: dict[T, int] = {}
-    out: list[Problem] = []
-    for i, item in enumerate(items):
-        if item in seen:
-            first = path.format(i=seen[item]).rsplit(".", 1)[0]
-            out.append(Problem(path.format(i=i), f"{what} {item!r} is already used by {first}"))
-        else:
-            seen[item] = i
-    return out
-
-
 def _duplicates(spec: ClusterSpec) -> list[Problem]:
     nodes = spec.proxmox.nodes
     out = _dupes((n.name for n in nodes), "proxmox.nodes[{i}].name", "node name")
@@ -86,14 +77,8 @@ def _duplicates(spec: ClusterSpec) -> list[Problem]:
             out.append(Problem(f"proxmox.nodes[{n_i}].gpus", "at most one GPU can be the console GPU"))
     out += _dupes((w.name for w in spec.workers), "workers[{i}].name", "VM name")
     out += _dupes((w.vmid for w in spec.workers), "workers[{i}].vmid", "vmid")
-    scoped = (q.namespace + (f" (PriorityClass {q.priority_class})" if q.priority_class else "") for q in spec.quotas)
-    out += _dupes(scoped, "quotas[{i}].namespace", "namespace")
-    out += _dupes((c.name for c in spec.priority_classes), "priorityClasses[{i}].name", "PriorityClass name")
-    defaults = [i for i, c in enumerate(spec.priority_classes) if c.global_default]
-    out += [
-        Problem(f"priorityClasses[{i}].globalDefault", f"priorityClasses[{defaults[0]}] is already the default")
-        for i in defaults[1:]
-    ]
+    out += quota_problems(spec.quotas)
+    out += priority_class_problems(spec.priority_classes)
     return out
 
 
@@ -214,32 +199,19 @@ def _operator_driver_version(spec: ClusterSpec) -> list[Problem]:
 
 def _driver_branch(spec: ClusterSpec) -> list[Problem]:
     """The driver branch must know every GPU model a container worker runs (KubeVirt workers hand GPUs to VMs)."""
+    nodes = [
+        (f"workers[{i}]", [g.model for g in worker_gpus(spec, worker)])
+        for i, worker in enumerate(spec.workers)
+        if worker.workload == "container" and worker.node in {n.name for n in spec.proxmox.nodes}
+    ]
     op = spec.gpu_operator
-    branch = int(op.driver_branch)
-    out: list[Problem] = []
-    too_new: dict[str, str] = {}
-    for i, worker in enumerate(spec.workers):
-        if worker.workload != "container" or worker.node not in {n.name for n in spec.proxmox.nodes}:
-            continue
-        for g in worker_gpus(spec, worker):
-            if branch < g.model.min_driver_branch:
-                too_new.setdefault(g.model.key, f"workers[{i}]")
-    for key, first in too_new.items():
-        need = CATALOG[key].min_driver_branch
-        out.append(
-            Problem(
-                "gpuOperator.driverBranch",
-                f"branch {op.driver_branch} does not support {key} ({first}); it needs branch {need} or later",
-            )
-        )
-    if op.kernel_module_type == "open" and branch < OPEN_MODULES_FIRST_BRANCH:
-        out.append(
-            Problem(
-                "gpuOperator.kernelModuleType",
-                f"the open kernel modules start with branch {OPEN_MODULES_FIRST_BRANCH} (branch is {op.driver_branch})",
-            )
-        )
-    return out
+    return driver_branch_problems(
+        op.driver_branch,
+        op.kernel_module_type,
+        nodes,
+        branch_at="gpuOperator.driverBranch",
+        modules_at="gpuOperator.kernelModuleType",
+    )
 
 
 def _operator_off(spec: ClusterSpec) -> list[Problem]:
@@ -282,27 +254,8 @@ def _mig_strategy(spec: ClusterSpec) -> list[Problem]:
 
 
 def _quotas(spec: ClusterSpec) -> list[Problem]:
-    advertised = cluster_capacity(spec)
-    out: list[Problem] = []
-    for q_i, quota in enumerate(spec.quotas):
-        for resource in quota.resources:
-            if resource not in advertised:
-                known = ", ".join(sorted(advertised)) or "nothing"
-                out.append(
-                    Problem(
-                        f"quotas[{q_i}].resources.{resource}",
-                        f"no worker advertises {resource} (advertised: {known})",
-                    )
-                )
-        declared = {c.name for c in spec.priority_classes}
-        if quota.priority_class is not None and quota.priority_class not in declared:
-            out.append(
-                Problem(
-                    f"quotas[{q_i}].priorityClass",
-                    f"{quota.priority_class} is not one of priorityClasses ({', '.join(sorted(declared)) or 'none'})",
-                )
-            )
-    return out
+    declared = {c.name for c in spec.priority_classes}
+    return quota_capacity_problems(spec.quotas, cluster_capacity(spec), declared)
 
 
 def _dra(spec: ClusterSpec) -> list[Problem]:

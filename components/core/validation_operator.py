@@ -12,13 +12,50 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from proxmox_gpu_cluster.core.errors import Problem
 
 if TYPE_CHECKING:
     # Types only: the spec module runs the cross-field validation, which imports this module.
+    from proxmox_gpu_cluster.core.catalog import GpuModel
     from proxmox_gpu_cluster.core.spec import ClusterSpec
+
+OPEN_MODULES_FIRST_BRANCH = 515
+"""NVIDIA published the open GPU kernel modules with R515 (github.com/NVIDIA/open-gpu-kernel-modules)."""
+
+
+def driver_branch_problems(
+    branch: str,
+    kernel_module_type: str,
+    nodes: Iterable[tuple[str, Iterable[GpuModel]]],
+    *,
+    branch_at: str,
+    modules_at: str,
+) -> list[Problem]:
+    """The driver branch must know every GPU model of the container nodes (``(where, models)``, ``where`` naming
+    the node in the caller's terms), and the open kernel modules need R515 or later. Shared by the cluster spec
+    (``gpuOperator.driverBranch``) and ``GpuStack.problems`` (``operator.driver_branch``)."""
+    number = int(branch)
+    too_new: dict[str, tuple[str, int]] = {}
+    for where, models in nodes:
+        for model in models:
+            if number < model.min_driver_branch:
+                too_new.setdefault(model.key, (where, model.min_driver_branch))
+    out = [
+        Problem(branch_at, f"branch {branch} does not support {key} ({where}); it needs branch {need} or later")
+        for key, (where, need) in too_new.items()
+    ]
+    if kernel_module_type == "open" and number < OPEN_MODULES_FIRST_BRANCH:
+        out.append(
+            Problem(
+                modules_at,
+                f"the open kernel modules start with branch {OPEN_MODULES_FIRST_BRANCH} (branch is {branch})",
+            )
+        )
+    return out
+
 
 GUEST_OSES = ("Ubuntu 22.04", "Ubuntu 24.04")
 """The guest operating systems the bootstrap supports (worker_spec: Ubuntu 22.04/24.04 cloud images)."""

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 
 import pulumi
-import pulumi_kubernetes as kubernetes
+from pydantic import Field
 
+from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.operator_spec import DraSpec
+from proxmox_gpu_cluster.core.spec_base import Name
 from proxmox_gpu_cluster.helm import nvidia_release, privileged_namespace
+from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render.operator_values import dra_values
+
+
+class DraDriverArgs(ComponentArgs):
+    """The DRA driver's settings and where the NVIDIA driver is."""
+
+    dra: DraSpec = Field(default_factory=DraSpec, description="Chart version and namespace of the DRA driver.")
+    driver_mode: Literal["host", "operator"] = Field(
+        description="Where the NVIDIA driver is: ``host`` (installed on the nodes) or ``operator`` (the operator's "
+        "driver container)."
+    )
+    namespace: Input[Name] | None = Field(
+        default=None,
+        description="An existing namespace to install into (e.g. the operator's, when it is the same one: two "
+        "components must never both create a Namespace); by default the component creates ``dra.namespace``.",
+    )
 
 
 class DraDriver(pulumi.ComponentResource):
@@ -26,36 +43,27 @@ class DraDriver(pulumi.ComponentResource):
     release_status: pulumi.Output[str]
     """Helm release status."""
 
-    def __init__(
-        self,
-        name: str,
-        dra: DraSpec,
-        *,
-        driver_mode: Literal["host", "operator"],
-        provider: kubernetes.Provider,
-        namespace: pulumi.Input[str] | None = None,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``namespace``: an existing namespace to install into (e.g. the operator's, when the spec names the same
-        one: two components must never both create a Namespace); by default the component creates
-        ``dra.namespace``. ``driver_mode``: where the NVIDIA driver is (``host``: installed on the nodes,
-        ``operator``: the operator's driver container)."""
+    def __init__(self, name: str, args: DraDriverArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
+        (e.g. the GPU Operator: the driver and NFD labels come first) reaches the release (the Namespace waits for
+        nothing, so it is there early)."""
         super().__init__("proxmox-gpu-cluster:dra_driver:DraDriver", name, None, opts)
-        if namespace is None:
+        dra = args.dra
+        namespace: pulumi.Input[str]
+        if args.namespace is None:
             # The kubelet plugin is a privileged host daemon.
-            ns = privileged_namespace(
-                f"{name}-namespace", dra.namespace, pulumi.ResourceOptions(parent=self, provider=provider)
-            )
+            ns = privileged_namespace(f"{name}-namespace", dra.namespace, pulumi.ResourceOptions(parent=self))
             namespace = ns.metadata.apply(lambda m: m.name or "")
+        else:
+            namespace = args.namespace
         release = nvidia_release(
             f"{name}-release",
             chart="nvidia-dra-driver-gpu",
             version=dra.chart_version,
             namespace=namespace,
-            values=dra_values(driver_mode),
+            values=dra_values(args.driver_mode),
             timeout=600,
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=caller_dependencies(opts)),
         )
         self.namespace = pulumi.Output.from_input(namespace)
         self.release_status = release.status.apply(lambda s: s.status or "")

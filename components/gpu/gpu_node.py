@@ -6,9 +6,48 @@ from collections.abc import Mapping, Sequence
 
 import pulumi
 import pulumi_kubernetes as kubernetes
+from pydantic import Field, model_validator
 
-from proxmox_gpu_cluster.errors import InvalidComponentArgs
+from proxmox_gpu_cluster.args import ComponentArgs
+from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
+from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
+
+
+def stack_problems(stack: GpuStack, base: str = "stack") -> list[Problem]:
+    """``GpuStack.problems`` below ``base`` (the args field holding the stack)."""
+    return [Problem(f"{base}.{p.path}" if p.path else base, p.message) for p in stack.problems()]
+
+
+class GpuNodeLabelsArgs(ComponentArgs):
+    """The stack whose nodes get labels, and per-node ordering that ``opts`` cannot express."""
+
+    stack: GpuStack = Field(description="The operator settings and the GPU nodes (the object ``GpuOperator`` takes).")
+    node_ready: Mapping[str, Sequence[pulumi.Resource]] = Field(
+        default_factory=dict,
+        description="Node name -> what that node's patch waits for (e.g. its ``GuestBootstrap``); other nodes do "
+        "not wait for it. Per node, so not ``opts.depends_on`` (which every patch waits for).",
+    )
+    replace_with: Mapping[str, Sequence[pulumi.Resource]] = Field(
+        default_factory=dict,
+        description="Node name -> resources whose replacement makes that node's patch start over (a replaced VM "
+        "joins as a new Node object, which needs its labels and taint again: pass the bootstrap's ``final_step``).",
+    )
+
+    @model_validator(mode="after")
+    def _nodes(self) -> GpuNodeLabelsArgs:
+        problems = stack_problems(self.stack)
+        if not problems:
+            names = {n.name for n in self.stack.nodes}
+            for field, given in (("node_ready", self.node_ready), ("replace_with", self.replace_with)):
+                problems += [
+                    Problem(f"{field}.{node}", f"not a node of the stack ({', '.join(sorted(names))})")
+                    for node in given
+                    if node not in names
+                ]
+        if problems:
+            raise SpecViolations(problems)
+        return self
 
 
 class GpuNodeLabels(pulumi.ComponentResource):
@@ -28,20 +67,12 @@ class GpuNodeLabels(pulumi.ComponentResource):
     patches: dict[str, kubernetes.core.v1.NodePatch]
     """Node name -> its patch, for whatever must be ordered around it (a node's retirement waits for it)."""
 
-    def __init__(
-        self,
-        name: str,
-        stack: GpuStack,
-        *,
-        provider: kubernetes.Provider,
-        node_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None,
-        replace_with: Mapping[str, Sequence[pulumi.Resource]] | None = None,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
+    def __init__(self, name: str, args: GpuNodeLabelsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the Kubernetes provider in ``opts.provider`` (the patches inherit it); ``opts.depends_on``
+        reaches every patch."""
         super().__init__("proxmox-gpu-cluster:gpu_node:GpuNodeLabels", name, None, opts)
-        problems = stack.problems()
-        if problems:
-            raise InvalidComponentArgs(name, problems)
+        stack, node_ready, replace_with = args.stack, args.node_ready, args.replace_with
+        everyone = caller_dependencies(opts)
         names: list[str] = []
         applied: dict[str, dict[str, str]] = {}
         self.patches = {}
@@ -66,16 +97,15 @@ class GpuNodeLabels(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    provider=provider,
-                    depends_on=list(ready),
-                    replace_with=list((replace_with or {}).get(node, ())),
+                    depends_on=[*everyone, *ready],
+                    replace_with=list(replace_with.get(node, ())),
                 ),
             )
             names.append(node)
             applied[node] = labels
 
         for node in stack.nodes:
-            patch(node.name, stack.labels[node.name], node.taint, (node_ready or {}).get(node.name, ()))
+            patch(node.name, stack.labels[node.name], node.taint, node_ready.get(node.name, ()))
         self.nodes = pulumi.Output.from_input(names)
         self.labels = pulumi.Output.from_input(applied)
         self.register_outputs({"nodes": self.nodes, "labels": self.labels})

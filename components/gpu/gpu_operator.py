@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pulumi
 import pulumi_kubernetes as kubernetes
+from pydantic import Field, model_validator
 
-from proxmox_gpu_cluster.core.errors import Problem
-from proxmox_gpu_cluster.errors import InvalidComponentArgs
+from proxmox_gpu_cluster.args import ComponentArgs, Input
+from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
+from proxmox_gpu_cluster.gpu.gpu_node import stack_problems
 from proxmox_gpu_cluster.helm import nvidia_release, privileged_namespace
+from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render.dcgm import metrics_config_data, metrics_config_name
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 from proxmox_gpu_cluster.render.kubevirt import docker_config_json
+
+
+class GpuOperatorArgs(ComponentArgs):
+    """The stack the operator serves and the secret its vGPU Manager image needs."""
+
+    stack: GpuStack = Field(
+        description="The operator settings and the nodes it serves (the object ``GpuNodeLabels`` takes); the "
+        "driver branch must support every GPU model of its container nodes."
+    )
+    vgpu_registry_password: Input[str] | None = Field(
+        default=None,
+        description="Password of the vGPU Manager's registry, required when the stack has one (it becomes the "
+        "image pull secret and stays a Pulumi secret).",
+    )
+
+    @model_validator(mode="after")
+    def _stack(self) -> GpuOperatorArgs:
+        problems = stack_problems(self.stack)
+        if not problems and self.stack.vgpu_manager is not None and self.vgpu_registry_password is None:
+            problems.append(Problem("vgpu_registry_password", "the vGPU Manager's pull secret needs the password"))
+        if problems:
+            raise SpecViolations(problems)
+        return self
 
 
 class GpuOperator(pulumi.ComponentResource):
@@ -35,30 +59,17 @@ class GpuOperator(pulumi.ComponentResource):
     release_status: pulumi.Output[str]
     """Helm release status."""
 
-    def __init__(
-        self,
-        name: str,
-        stack: GpuStack,
-        *,
-        provider: kubernetes.Provider,
-        vgpu_registry_password: pulumi.Input[str] | None = None,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``stack``: the operator settings and the nodes it serves (the same object ``GpuNodeLabels`` takes).
-        ``vgpu_registry_password``: password of the vGPU Manager's registry, required when the stack has one (it
-        becomes the image pull secret; it stays a Pulumi secret)."""
+    def __init__(self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
+        (e.g. ``GpuNodeLabels``: the nodes carry their config labels before the operator reads them) reaches the
+        release (the namespace and ConfigMaps wait for nothing, so they are there early)."""
         super().__init__("proxmox-gpu-cluster:gpu_operator:GpuOperator", name, None, opts)
-        problems = stack.problems()
-        if stack.vgpu_manager is not None and vgpu_registry_password is None:
-            problems.append(Problem("vgpuRegistryPassword", "the vGPU Manager's pull secret needs the password"))
-        if problems:
-            raise InvalidComponentArgs(name, problems)
+        stack, vgpu_registry_password = args.stack, args.vgpu_registry_password
         op = stack.operator
-        child = pulumi.ResourceOptions(parent=self, provider=provider)
+        child = pulumi.ResourceOptions(parent=self)
         # Driver, toolkit and device-plugin pods are privileged host-level daemons.
         ns = privileged_namespace(f"{name}-namespace", op.namespace, child)
-        release_needs: list[pulumi.Resource] = list(depends_on)
+        release_needs: list[pulumi.Resource] = caller_dependencies(opts)
         manager = stack.vgpu_manager
         if manager is not None and vgpu_registry_password is not None:
             config_json = pulumi.Output.secret(vgpu_registry_password).apply(
@@ -115,7 +126,7 @@ class GpuOperator(pulumi.ComponentResource):
             namespace=ns.metadata.name,
             values=values,
             timeout=900,
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=release_needs),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=release_needs),
         )
         self.namespace = ns.metadata.apply(lambda m: m.name or "")
         self.device_plugin_config = dp_name

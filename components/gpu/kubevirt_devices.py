@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pulumi
 import pulumi_kubernetes as kubernetes
+from pydantic import Field, model_validator
 
-from proxmox_gpu_cluster.core.nodes import GpuNode
+from proxmox_gpu_cluster.args import ComponentArgs
+from proxmox_gpu_cluster.core.errors import SpecViolations
 from proxmox_gpu_cluster.core.spec import KubeVirtSpec
+from proxmox_gpu_cluster.node_agent import caller_dependencies
+from proxmox_gpu_cluster.render.gpu_stack import GpuNodes, nodes_problems
 from proxmox_gpu_cluster.render.kubevirt import API_VERSION, kubevirt_patch_spec
+
+
+class KubeVirtGpuDevicesArgs(ComponentArgs):
+    """Which KubeVirt CR to patch and the nodes whose GPUs it must permit."""
+
+    kubevirt: KubeVirtSpec = Field(
+        default_factory=KubeVirtSpec, description="The KubeVirt CR (name, namespace) and the feature gates it keeps."
+    )
+    nodes: GpuNodes = Field(
+        description="The GPU nodes (``ExistingGpuNode(...).resolve()``, ``GpuStack.nodes``) whose vm-passthrough "
+        "GPUs and vGPU types the CR must permit."
+    )
+
+    @model_validator(mode="after")
+    def _nodes(self) -> KubeVirtGpuDevicesArgs:
+        problems = nodes_problems(self.nodes)
+        if problems:
+            raise SpecViolations(problems)
+        return self
 
 
 class KubeVirtGpuDevices(pulumi.ComponentResource):
@@ -31,21 +52,12 @@ class KubeVirtGpuDevices(pulumi.ComponentResource):
     feature_gates: pulumi.Output[list[str]]
     """The feature gates the CR is left with."""
 
-    def __init__(
-        self,
-        name: str,
-        kubevirt: KubeVirtSpec,
-        *,
-        nodes: Sequence[GpuNode],
-        provider: kubernetes.Provider,
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
+    def __init__(self, name: str, args: KubeVirtGpuDevicesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the Kubernetes provider in ``opts.provider`` (the patch inherits it); ``opts.depends_on``
+        reaches the patch."""
         super().__init__("proxmox-gpu-cluster:kubevirt_devices:KubeVirtGpuDevices", name, None, opts)
-        """``kubevirt``: which CR to patch and the feature gates it keeps. ``nodes``: the GPU nodes whose
-        vm-passthrough GPUs and vGPU types the CR must permit."""
-        kv = kubevirt
-        body = kubevirt_patch_spec(nodes, kv.feature_gates)
+        kv = args.kubevirt
+        body = kubevirt_patch_spec(args.nodes, kv.feature_gates)
         patch = kubernetes.apiextensions.CustomResourcePatch(
             f"{name}-kubevirt",
             api_version=API_VERSION,
@@ -54,7 +66,7 @@ class KubeVirtGpuDevices(pulumi.ComponentResource):
                 name=kv.name, namespace=kv.namespace, annotations={"pulumi.com/patchForce": "true"}
             ),
             spec=body,
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=caller_dependencies(opts)),
         )
         # Derived from the patch so that whoever uses them waits for it.
         permitted = body["configuration"]["permittedHostDevices"]

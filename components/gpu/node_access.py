@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_kubernetes as kubernetes
+from pydantic import Field
 
+from proxmox_gpu_cluster.args import ComponentArgs
+from proxmox_gpu_cluster.core.spec_base import Name
+from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render import node_rbac
 
 
@@ -25,6 +29,14 @@ def _subjects() -> list[kubernetes.rbac.v1.SubjectArgs]:
             for s in node_rbac.subjects()]  # fmt: skip
 
 
+class NodeStepAccessArgs(ComponentArgs):
+    """Where the rollout slots live."""
+
+    slot_namespace: Name = Field(
+        description="Namespace of the rollout slots (``kubernetes.drain.slotNamespace``); the component creates it."
+    )
+
+
 class NodeStepAccess(pulumi.ComponentResource):
     """The rollout slots' Namespace, a Role and RoleBinding there (ConfigMaps) and a ClusterRole and binding (get
     Nodes, delete a node's own Node), all for the group ``system:nodes``. Node steps that change a joined node
@@ -33,18 +45,15 @@ class NodeStepAccess(pulumi.ComponentResource):
     namespace: pulumi.Output[str]
     """The slot namespace, once it exists."""
 
-    def __init__(
-        self,
-        name: str,
-        slot_namespace: str,
-        *,
-        provider: kubernetes.Provider,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
+    def __init__(self, name: str, args: NodeStepAccessArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
+        reaches the Namespace and the cluster-scoped objects."""
         super().__init__("proxmox-gpu-cluster:node_access:NodeStepAccess", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=provider)
+        slot_namespace = args.slot_namespace
+        child = pulumi.ResourceOptions(parent=self)
+        first = pulumi.ResourceOptions(parent=self, depends_on=caller_dependencies(opts))
         ns = kubernetes.core.v1.Namespace(
-            f"{name}-namespace", kubernetes.core.v1.NamespaceInitArgs(metadata=_meta(slot_namespace)), opts=child
+            f"{name}-namespace", kubernetes.core.v1.NamespaceInitArgs(metadata=_meta(slot_namespace)), opts=first
         )
         self.namespace = ns.metadata.apply(lambda m: m.name or slot_namespace)
         role, cluster_role = node_rbac.ROLE_NAME, node_rbac.cluster_role_name(slot_namespace)
@@ -66,7 +75,7 @@ class NodeStepAccess(pulumi.ComponentResource):
         rbac.ClusterRole(
             f"{name}-cluster-role",
             rbac.ClusterRoleInitArgs(metadata=_meta(cluster_role), rules=_rules(node_rbac.NODE_RULES)),
-            opts=child,
+            opts=first,
         )
         rbac.ClusterRoleBinding(
             f"{name}-cluster-role-binding",
@@ -75,6 +84,6 @@ class NodeStepAccess(pulumi.ComponentResource):
                 role_ref=rbac.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=cluster_role),
                 subjects=_subjects(),
             ),
-            opts=child,
+            opts=first,
         )
         self.register_outputs({"namespace": self.namespace})

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pulumi
 import pulumi_kubernetes as kubernetes
+from pydantic import Field, model_validator
 
+from proxmox_gpu_cluster.args import ComponentArgs
+from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.scheduling_spec import PriorityClassSpec
+from proxmox_gpu_cluster.core.spec_base import field_path
+from proxmox_gpu_cluster.core.validation_scheduling import priority_class_problems
+from proxmox_gpu_cluster.node_agent import caller_dependencies
+
+
+class GpuPriorityClassesArgs(ComponentArgs):
+    """The PriorityClasses to create, checked by the rules the stack file's ``priorityClasses`` get."""
+
+    classes: tuple[PriorityClassSpec, ...] = Field(
+        min_length=1, description="The classes, each named as given (unique; at most one global default)."
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> GpuPriorityClassesArgs:
+        problems = priority_class_problems(self.classes, base="classes")
+        if problems:
+            raise SpecViolations(Problem(field_path(type(self), p.path), p.message) for p in problems)
+        return self
 
 
 class GpuPriorityClasses(pulumi.ComponentResource):
@@ -20,15 +39,11 @@ class GpuPriorityClasses(pulumi.ComponentResource):
     names: pulumi.Output[list[str]]
     """Names of the PriorityClasses, once they exist."""
 
-    def __init__(
-        self,
-        name: str,
-        classes: Sequence[PriorityClassSpec],
-        *,
-        provider: kubernetes.Provider,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
+    def __init__(self, name: str, args: GpuPriorityClassesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
+        reaches every PriorityClass."""
         super().__init__("proxmox-gpu-cluster:priority_classes:GpuPriorityClasses", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=caller_dependencies(opts))
         created = [
             kubernetes.scheduling.v1.PriorityClass(
                 f"{name}-{c.name}",
@@ -41,9 +56,9 @@ class GpuPriorityClasses(pulumi.ComponentResource):
                     global_default=c.global_default,
                     description=c.description or None,
                 ),
-                opts=pulumi.ResourceOptions(parent=self, provider=provider),
+                opts=child,
             )
-            for c in classes
+            for c in args.classes
         ]
         self.names = pulumi.Output.all(*[pc.metadata.apply(lambda m: m.name) for pc in created]).apply(list)
         self.register_outputs({"names": self.names})

@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Annotated
 
 import pulumi
 import pulumi_kubernetes as kubernetes
+from pydantic import Field
 
+from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.operator_spec import SmokeTestSpec
+from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, LINE_BREAKERS, Name
+from proxmox_gpu_cluster.node_agent import caller_dependencies
 
 RERUN_ANNOTATION = "proxmox-gpu-cluster.io/depends-on"
 """Pod-template annotation carrying the rerun key (a Job's template is immutable: a change replaces the Job)."""
 SMOKE_TEST_LABEL = {"app.kubernetes.io/name": "gpu-smoke-test", "app.kubernetes.io/part-of": "proxmox-gpu-cluster"}
+
+
+class GpuSmokeTestArgs(ComponentArgs):
+    """What the test requests and where it runs."""
+
+    test: SmokeTestSpec = Field(default_factory=SmokeTestSpec, description="Image and timeout of the test.")
+    resource: Annotated[str, Field(pattern=EXTENDED_RESOURCE, max_length=253)] = Field(
+        default="nvidia.com/gpu",
+        description="The extended resource the Job requests one unit of (the cluster picks it with "
+        "``smoke_test_resource``).",
+    )
+    namespace: Input[Name] = Field(description="Namespace of the Job (e.g. the operator's ``namespace`` output).")
+    rerun_key: Annotated[str, Field(pattern=f"^[^{LINE_BREAKERS}]*$", max_length=256)] = Field(
+        default="",
+        description="A digest of what the test depends on (driver build, sharing configuration); a new key is a "
+        "new pod template, which replaces the Job, so the test runs again.",
+    )
 
 
 class GpuSmokeTest(pulumi.ComponentResource):
@@ -26,23 +47,11 @@ class GpuSmokeTest(pulumi.ComponentResource):
     job: pulumi.Output[str]
     """Name of the Job."""
 
-    def __init__(
-        self,
-        name: str,
-        test: SmokeTestSpec,
-        *,
-        resource: str,
-        rerun_key: str = "",
-        provider: kubernetes.Provider,
-        namespace: pulumi.Input[str],
-        depends_on: Sequence[pulumi.Resource] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``resource``: the extended resource the Job requests one unit of (e.g. ``nvidia.com/gpu``; the cluster
-        picks it with ``smoke_test_resource``). ``depends_on``: the operator release (the Job needs its device
-        plugin and RuntimeClass). ``rerun_key``: a digest of what the test depends on (driver build, sharing
-        configuration); a new key is a new pod template, which replaces the Job, so the test runs again."""
+    def __init__(self, name: str, args: GpuSmokeTestArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the Kubernetes provider in ``opts.provider`` (the Job inherits it); ``opts.depends_on``: the
+        operator release and capacity gates (the Job needs the device plugin and the RuntimeClass)."""
         super().__init__("proxmox-gpu-cluster:smoke_test:GpuSmokeTest", name, None, opts)
+        test, resource, rerun_key = args.test, args.resource, args.rerun_key
         pod = kubernetes.core.v1.PodSpecArgs(
             restart_policy="Never",
             # The operator creates the nvidia RuntimeClass in both driver modes; with the host toolkit,
@@ -68,7 +77,7 @@ class GpuSmokeTest(pulumi.ComponentResource):
             f"{name}-job",
             kubernetes.batch.v1.JobInitArgs(
                 metadata=kubernetes.meta.v1.ObjectMetaArgs(
-                    namespace=namespace,
+                    namespace=args.namespace,
                     labels=SMOKE_TEST_LABEL,
                     # A Job that failed on an earlier `up` is replaced (re-run) instead of awaited again.
                     annotations={"pulumi.com/replaceUnready": "true"},
@@ -87,8 +96,7 @@ class GpuSmokeTest(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                provider=provider,
-                depends_on=list(depends_on),
+                depends_on=caller_dependencies(opts),
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{test.timeout_seconds + 60}s"),
             ),
         )

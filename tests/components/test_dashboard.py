@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pulumi
 import pulumi_kubernetes as kubernetes
 
 from proxmox_gpu_cluster.cluster.adapters import monitoring as monitoring_targets
 from proxmox_gpu_cluster.core.dcgm_fields import DASHBOARD_FIELDS, DEFAULT_FIELDS
 from proxmox_gpu_cluster.core.monitoring_spec import AlertsSpec, DashboardSpec, MonitoringSpec
 from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring
+from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring, GpuMonitoringArgs
 from proxmox_gpu_cluster.render.dashboard import CONFIGMAP_NAME, DATA_KEY, dashboard, dashboard_config_map
 from proxmox_gpu_cluster.testing import run
 from tests.support import base_spec, make_vm_worker, promql_metrics
@@ -90,7 +91,8 @@ def test_dashboard_alone_under_the_mock() -> None:
     def program() -> None:
         provider = kubernetes.Provider("k8s", kubeconfig="{}")
         spec = MonitoringSpec(dashboard=DashboardSpec(enabled=True, namespace="grafana"))
-        GpuMonitoring("mon", spec, provider=provider, operator_namespace="gpu-operator")
+        args = GpuMonitoringArgs(monitoring=spec, operator_namespace="gpu-operator")
+        GpuMonitoring("mon", args, pulumi.ResourceOptions(provider=provider))
 
     rec = run(program)
     component = rec.one("proxmox-gpu-cluster:gpu_monitoring:GpuMonitoring")

@@ -10,7 +10,7 @@ import pulumi_kubernetes as kubernetes
 from proxmox_gpu_cluster.cluster.adapters import gpu_stack
 from proxmox_gpu_cluster.core.capacity import capacity_table, worker_capacity
 from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
+from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels, GpuNodeLabelsArgs
 from proxmox_gpu_cluster.stacks.plan import render_text
 from proxmox_gpu_cluster.testing import run
 from tests.support import base_spec, plan_stack, without_operator
@@ -96,8 +96,8 @@ def test_node_patch_waits_for_its_own_node_only() -> None:
         spec = load_spec(raw)
         provider = kubernetes.Provider("k8s", kubeconfig="{}")
         joins = {w.name: pulumi.CustomResource("test:index:Join", f"join-{w.name}", {}) for w in spec.workers}
-        GpuNodeLabels("nodes", gpu_stack(spec), provider=provider,
-                      node_ready={name: [join] for name, join in joins.items()})  # fmt: skip
+        args = GpuNodeLabelsArgs(stack=gpu_stack(spec), node_ready={name: [join] for name, join in joins.items()})
+        GpuNodeLabels("nodes", args, pulumi.ResourceOptions(provider=provider))
 
     rec = run(program)
     for w in ("mig-1", "mig-2", "ts-1"):

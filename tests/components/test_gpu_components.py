@@ -3,6 +3,7 @@ GpuSmokeTest and KubeVirtGpuDevices."""
 
 from __future__ import annotations
 
+import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
 
@@ -11,26 +12,27 @@ from proxmox_gpu_cluster.core.operator_spec import DraSpec, GpuOperatorSpec, Smo
 from proxmox_gpu_cluster.core.spec import KubeVirtSpec, VgpuManagerSpec
 from proxmox_gpu_cluster.core.worker_spec import TimeSlicing
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.gpu.dra_driver import DraDriver
-from proxmox_gpu_cluster.gpu.gpu_operator import GpuOperator
-from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices
-from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest
+from proxmox_gpu_cluster.gpu.dra_driver import DraDriver, DraDriverArgs
+from proxmox_gpu_cluster.gpu.gpu_operator import GpuOperator, GpuOperatorArgs
+from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices, KubeVirtGpuDevicesArgs
+from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest, GpuSmokeTestArgs
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 from proxmox_gpu_cluster.testing import run
+from tests.components.gpu_opts import check_opts
 
 SHARED = ExistingGpuNode(name="bm-1", gpus={"L4": 4}, sharing="time-slicing", time_slicing=TimeSlicing(replicas=2))
 VGPU = ExistingGpuNode(name="bm-2", gpus={"A10": 1}, workload="vm-vgpu", vgpu_type="A10-12Q")
 
 
-def k8s() -> kubernetes.Provider:
-    return kubernetes.Provider("k8s", kubeconfig="{}")
+def k8s() -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions(provider=kubernetes.Provider("k8s", kubeconfig="{}"))
 
 
 def test_operator_for_existing_nodes_points_at_its_own_configmaps() -> None:
     stack = GpuStack(operator=GpuOperatorSpec(), nodes=(SHARED.resolve(),))
 
     def program() -> None:
-        GpuOperator("op", stack, provider=k8s())
+        GpuOperator("op", GpuOperatorArgs(stack=stack), k8s())
 
     rec = run(program)
     config = rec.named("op-device-plugin-config").plain_inputs
@@ -44,17 +46,24 @@ def test_operator_refuses_a_vgpu_manager_without_its_password() -> None:
     manager = VgpuManagerSpec(repository="registry.example.test/nvidia", image="vgpu-manager", version="580.95.02")
     stack = GpuStack(operator=GpuOperatorSpec(), nodes=(VGPU.resolve(),), vgpu_manager=manager)
 
-    def program() -> None:
-        GpuOperator("op", stack, provider=k8s())
-
     with pytest.raises(InvalidComponentArgs) as err:
-        run(program)
-    assert err.value.lines == ["op.vgpuRegistryPassword: the vGPU Manager's pull secret needs the password"]
+        GpuOperatorArgs(stack=stack)
+    assert err.value.lines == [
+        "GpuOperatorArgs.vgpu_registry_password: the vGPU Manager's pull secret needs the password"
+    ]
+    with pytest.raises(InvalidComponentArgs) as err:
+        GpuOperatorArgs(stack=GpuStack(operator=GpuOperatorSpec(), nodes=(VGPU.resolve(),)), vgpu_registry_password="x")
+    assert err.value.lines == ["GpuOperatorArgs.stack.vgpu_manager: vm-vgpu nodes (bm-2) need the vGPU Manager image"]
+
+
+def test_operator_opts_carry_the_provider_and_what_the_release_waits_for() -> None:
+    args = GpuOperatorArgs(stack=GpuStack(operator=GpuOperatorSpec(), nodes=(SHARED.resolve(),)))
+    check_opts(lambda opts: GpuOperator("op", args, opts), "op", first=("op-release",))
 
 
 def test_dra_driver_in_its_own_namespace() -> None:
     def program() -> None:
-        DraDriver("dra", DraSpec(), driver_mode="operator", provider=k8s())
+        DraDriver("dra", DraDriverArgs(dra=DraSpec(), driver_mode="operator"), k8s())
 
     rec = run(program)
     release = rec.one("kubernetes:helm.sh/v3:Release").plain_inputs
@@ -64,9 +73,8 @@ def test_dra_driver_in_its_own_namespace() -> None:
 
 def test_smoke_test_requests_the_given_resource() -> None:
     def program() -> None:
-        GpuSmokeTest(
-            "smoke", SmokeTestSpec(enabled=True), resource="nvidia.com/gpu.shared", provider=k8s(), namespace="x"
-        )
+        args = GpuSmokeTestArgs(test=SmokeTestSpec(enabled=True), resource="nvidia.com/gpu.shared", namespace="x")
+        GpuSmokeTest("smoke", args, k8s())
 
     job = run(program).one("kubernetes:batch/v1:Job").plain_inputs
     container = job["spec"]["template"]["spec"]["containers"][0]
@@ -78,9 +86,43 @@ def test_kubevirt_devices_for_existing_nodes() -> None:
     passthrough = ExistingGpuNode(name="bm-3", gpus={"L40S": 2}, workload="vm-passthrough").resolve()
 
     def program() -> None:
-        KubeVirtGpuDevices("kv", KubeVirtSpec(enabled=True), nodes=[passthrough, VGPU.resolve()], provider=k8s())
+        args = KubeVirtGpuDevicesArgs(kubevirt=KubeVirtSpec(enabled=True), nodes=(passthrough, VGPU.resolve()))
+        KubeVirtGpuDevices("kv", args, k8s())
 
     patch = run(program).one("kubernetes:kubevirt.io/v1:KubeVirtPatch").plain_inputs
     permitted = patch["spec"]["configuration"]["permittedHostDevices"]
     assert [d["resourceName"] for d in permitted["mediatedDevices"]] == ["nvidia.com/NVIDIA_A10-12Q"]
     assert {d["resourceName"] for d in permitted["pciHostDevices"]} == {"nvidia.com/AD102GL_L40S"}
+
+
+def test_dra_smoke_and_kubevirt_opts_carry_the_provider_and_what_they_wait_for() -> None:
+    dra = DraDriverArgs(driver_mode="host")
+    check_opts(lambda opts: DraDriver("dra", dra, opts), "dra", first=("dra-release",))
+    smoke = GpuSmokeTestArgs(namespace=pulumi.Output.from_input("gpu-operator"))
+    check_opts(lambda opts: GpuSmokeTest("smoke", smoke, opts), "smoke", first=("smoke-job",))
+    nodes = (ExistingGpuNode(name="bm-3", gpus={"L40S": 2}, workload="vm-passthrough").resolve(),)
+    kv = KubeVirtGpuDevicesArgs(nodes=nodes)
+    check_opts(lambda opts: KubeVirtGpuDevices("kv", kv, opts), "kv", first=("kv-kubevirt",))
+
+
+@pytest.mark.parametrize(
+    ("build", "lines"),
+    [
+        (lambda: DraDriverArgs(driver_mode="container", namespace="Bad"),  # type: ignore[arg-type]
+         ["DraDriverArgs.driver_mode: Input should be 'host' or 'operator'",
+          "DraDriverArgs.namespace: String should match pattern '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'"]),
+        (lambda: GpuSmokeTestArgs(resource="gpu", namespace="x", rerun_key="a\nb"),
+         ["GpuSmokeTestArgs.rerun_key: String should match pattern '^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$'",
+          "GpuSmokeTestArgs.resource: String should match pattern "
+          "'^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'"]),
+        (lambda: KubeVirtGpuDevicesArgs(nodes=(VGPU,)),  # type: ignore[arg-type]
+         ["KubeVirtGpuDevicesArgs.nodes[0]: bm-2: an ExistingGpuNode; pass ExistingGpuNode(...).resolve(), the node "
+          "as the stack sees it"]),
+        (lambda: KubeVirtGpuDevicesArgs(kubevirt={"enabled": True, "feature_gates": "x"}, nodes=()),  # type: ignore[arg-type]
+         ["KubeVirtGpuDevicesArgs.kubevirt.feature_gates: Input should be a valid tuple"]),
+    ],
+)  # fmt: skip
+def test_bad_args_are_lines(build: object, lines: list[str]) -> None:
+    with pytest.raises(InvalidComponentArgs) as err:
+        build()  # type: ignore[operator]
+    assert err.value.lines == lines

@@ -7,19 +7,39 @@ import re
 from pathlib import Path
 
 import kubernetes_validate
+import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
 
-from proxmox_gpu_cluster.gpu.node_access import NodeStepAccess
+from proxmox_gpu_cluster.errors import InvalidComponentArgs
+from proxmox_gpu_cluster.gpu.node_access import NodeStepAccess, NodeStepAccessArgs
 from proxmox_gpu_cluster.render import node_rbac
 from proxmox_gpu_cluster.testing import run
+from tests.components.gpu_opts import check_opts
 from tests.support import base_spec, plan_stack
 
 AGENT = Path(__file__).resolve().parents[2] / "components" / "agent"
 
 
 def program(namespace: str = "pgc-team-a") -> None:
-    NodeStepAccess("access", namespace, provider=kubernetes.Provider("k8s", kubeconfig="{}"))
+    k8s = kubernetes.Provider("k8s", kubeconfig="{}")
+    NodeStepAccess("access", NodeStepAccessArgs(slot_namespace=namespace), pulumi.ResourceOptions(provider=k8s))
+
+
+def test_opts_carry_the_provider_and_what_it_waits_for() -> None:
+    check_opts(
+        lambda opts: NodeStepAccess("access", NodeStepAccessArgs(slot_namespace="slots"), opts),
+        "access",
+        first=("access-namespace", "access-cluster-role", "access-cluster-role-binding"),
+    )
+
+
+def test_a_bad_namespace_is_one_line() -> None:
+    with pytest.raises(InvalidComponentArgs) as err:
+        NodeStepAccessArgs(slot_namespace="Team_A")
+    assert err.value.lines == [
+        "NodeStepAccessArgs.slot_namespace: String should match pattern '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'"
+    ]
 
 
 @pytest.mark.parametrize("version", ["1.32", "1.34"])
