@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, SkipValidation
 
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity, node_capacity
-from proxmox_gpu_cluster.core.errors import Problem
+from proxmox_gpu_cluster.core.errors import Problem, invalid_spec_model
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode, GpuNode, gpu_node_problems
 from proxmox_gpu_cluster.core.operator_spec import GpuOperatorSpec
 from proxmox_gpu_cluster.core.spec import VgpuManagerSpec
@@ -49,6 +49,13 @@ class GpuStack:
     """Every GPU node the stack labels and configures."""
     vgpu_manager: VgpuManagerSpec | None = None
     """The private vGPU Manager image, when a node runs vm-vgpu."""
+
+    def __post_init__(self) -> None:
+        # Refused where it is built: a bad node must never surface later as a KeyError or TypeError from the
+        # labels, values or capacity (a forgotten .resolve(), a model key instead of a catalog entry).
+        problems = self.problems()
+        if problems:
+            raise invalid_spec_model("GpuStack", problems)
 
     def problems(self) -> list[Problem]:
         """What makes this stack unusable, for callers that build it by hand (the cluster spec checks more): paths

@@ -7,6 +7,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
 
+from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode
 from proxmox_gpu_cluster.core.operator_spec import DraSpec, GpuOperatorSpec, SmokeTestSpec
 from proxmox_gpu_cluster.core.spec import KubeVirtSpec, VgpuManagerSpec
@@ -51,9 +52,9 @@ def test_operator_refuses_a_vgpu_manager_without_its_password() -> None:
     assert err.value.lines == [
         "GpuOperatorArgs.vgpu_registry_password: the vGPU Manager's pull secret needs the password"
     ]
-    with pytest.raises(InvalidComponentArgs) as err:
-        GpuOperatorArgs(stack=GpuStack(operator=GpuOperatorSpec(), nodes=(VGPU.resolve(),)), vgpu_registry_password="x")
-    assert err.value.lines == ["GpuOperatorArgs.stack.vgpu_manager: vm-vgpu nodes (bm-2) need the vGPU Manager image"]
+    with pytest.raises(SpecError) as spec_err:
+        GpuStack(operator=GpuOperatorSpec(), nodes=(VGPU.resolve(),))
+    assert spec_err.value.lines == ["GpuStack.vgpu_manager: vm-vgpu nodes (bm-2) need the vGPU Manager image"]
 
 
 def test_operator_opts_carry_the_provider_and_what_the_release_waits_for() -> None:

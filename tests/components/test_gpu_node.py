@@ -8,6 +8,7 @@ import pulumi_kubernetes as kubernetes
 import pytest
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode, GpuNode, NodeGpu
 from proxmox_gpu_cluster.core.operator_spec import GpuOperatorSpec
 from proxmox_gpu_cluster.core.worker_spec import TimeSlicing
@@ -61,38 +62,52 @@ A10 = NodeGpu(0, CATALOG["A10"], None)
     [
         # Listed twice, and sharing without the operator: each line names its node.
         ((NODES[0].resolve(), NODES[0].resolve()), GpuOperatorSpec(enabled=False),
-         ["GpuNodeLabelsArgs.stack.nodes[1].name: node name 'bm-1' is already used by nodes[0]"]),
+         ["GpuStack.nodes[1].name: node name 'bm-1' is already used by nodes[0]"]),
         ((NODES[0].resolve(),), GpuOperatorSpec(enabled=False),
-         ["GpuNodeLabelsArgs.stack.nodes[0].sharing: bm-1: sharing time-slicing needs the GPU Operator "
+         ["GpuStack.nodes[0].sharing: bm-1: sharing time-slicing needs the GPU Operator "
           "(operator.enabled is false)"]),
         # A forgotten .resolve(): a line, not a TypeError from dataclasses.replace.
         ((NODES[0],), GpuOperatorSpec(),
-         ["GpuNodeLabelsArgs.stack.nodes[0]: bm-1: an ExistingGpuNode; pass ExistingGpuNode(...).resolve(), the "
+         ["GpuStack.nodes[0]: bm-1: an ExistingGpuNode; pass ExistingGpuNode(...).resolve(), the "
           "node as the stack sees it"]),
         # A model key where the catalog entry belongs: a line naming the known models, not a KeyError.
         ((hand_built("bm-3", NodeGpu(0, "A100-80GB", None)),), GpuOperatorSpec(),  # type: ignore[arg-type]
-         ["GpuNodeLabelsArgs.stack.nodes[0].gpus[0].model: bm-3: expected a catalog entry (catalog.CATALOG[key]; "
+         ["GpuStack.nodes[0].gpus[0].model: bm-3: expected a catalog entry (catalog.CATALOG[key]; "
           f"known: {', '.join(CATALOG)}), got 'A100-80GB'"]),
         # The rules an ExistingGpuNode gets hold for a GpuNode built by hand.
         ((hand_built("bm-4", NodeGpu(0, CATALOG["A10"], "all-1g.5gb"), sharing="mig"),
           hand_built("bm-5", A10, sharing="time-slicing"),
           hand_built("Bad_Name", A10, workload="vm-vgpu")), GpuOperatorSpec(),
-         ["GpuNodeLabelsArgs.stack.nodes[0].gpus[0].mig_config: bm-4: A10 does not support MIG",
-          "GpuNodeLabelsArgs.stack.nodes[1].time_slicing: bm-5: sharing time-slicing needs timeSlicing.replicas",
-          "GpuNodeLabelsArgs.stack.nodes[2].name: Bad_Name: expected a Kubernetes node name (a lower-case DNS "
+         ["GpuStack.nodes[0].gpus[0].mig_config: bm-4: A10 does not support MIG",
+          "GpuStack.nodes[1].time_slicing: bm-5: sharing time-slicing needs timeSlicing.replicas",
+          "GpuStack.nodes[2].name: Bad_Name: expected a Kubernetes node name (a lower-case DNS "
           "label), got 'Bad_Name'"]),
         # The driver branch against the GPU models of the nodes.
         ((ExistingGpuNode(name="bm-6", gpus={"H200": 1}).resolve(),), GpuOperatorSpec(driver_branch="535"),
-         ["GpuNodeLabelsArgs.stack.operator.driver_branch: branch 535 does not support H200 (nodes[0] bm-6); it "
+         ["GpuStack.operator.driver_branch: branch 535 does not support H200 (nodes[0] bm-6); it "
           "needs branch 550 or later"]),
     ],
 )  # fmt: skip
 def test_every_problem_of_a_stack_at_once_naming_its_node(
     nodes: tuple[GpuNode, ...], operator: GpuOperatorSpec, lines: list[str]
 ) -> None:
-    with pytest.raises(InvalidComponentArgs) as err:
-        GpuNodeLabelsArgs(stack=GpuStack(operator=operator, nodes=nodes))
+    """Refused where the stack is built, so its labels, values and capacity never meet a bad node."""
+    with pytest.raises(SpecError) as err:
+        GpuStack(operator=operator, nodes=nodes)
     assert err.value.lines == lines
+    assert isinstance(err.value, pulumi.RunError)  # Pulumi is loaded here, as under `pulumi up`
+
+
+def test_args_check_the_stack_they_are_given() -> None:
+    """A stack that slipped past its own check (altered after construction) is refused by the args too."""
+    bad = stack(NODES[0])
+    object.__setattr__(bad, "nodes", (NODES[0],))
+    with pytest.raises(InvalidComponentArgs) as err:
+        GpuNodeLabelsArgs(stack=bad)
+    assert err.value.lines == [
+        "GpuNodeLabelsArgs.stack.nodes[0]: bm-1: an ExistingGpuNode; pass ExistingGpuNode(...).resolve(), the node "
+        "as the stack sees it"
+    ]
 
 
 def test_per_node_ordering_names_nodes_of_the_stack() -> None:
