@@ -59,3 +59,8 @@ class ComponentArgs(BaseModel):
         except ValidationError as err:
             # One RunError with every problem, without the chained pydantic traceback.
             raise InvalidComponentArgs(type(self).__name__, problems_from_validation_error(err, python=True)) from None
+
+    # Marked as pydantic marks BaseModel.__init__: with a custom __init__ pydantic would validate a nested args
+    # model given as a dict by calling it (its ``custom_init``), so the nested model would raise its own error at
+    # its own root instead of leaving the problem, with its path, to the outermost args.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]

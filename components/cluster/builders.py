@@ -3,6 +3,8 @@ rollouts, capacity gates and retirements. Every worker's parts wait only for tha
 
 from __future__ import annotations
 
+from typing import Any
+
 import pulumi
 import pulumi_command as command
 
@@ -10,7 +12,7 @@ from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.cluster.providers import Secrets
 from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
 from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
 from proxmox_gpu_cluster.guest.capacity_gate import (
     GateTarget,
@@ -19,7 +21,7 @@ from proxmox_gpu_cluster.guest.capacity_gate import (
     NodeCapacityGatesArgs,
 )
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
-from proxmox_gpu_cluster.guest.mig_rollout import MigRollout, MigVm
+from proxmox_gpu_cluster.guest.mig_rollout import MigDrain, MigDrainArgs, MigSettle, MigSettleArgs, MigVm
 from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement, WorkerRetirementArgs
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 
@@ -57,50 +59,91 @@ def build_guests(
     return bootstraps
 
 
+def _mig_step_args(spec: ClusterSpec, worker: Worker, geometry: str, bootstrap: GuestBootstrap) -> dict[str, Any]:
+    op = spec.gpu_operator
+    return {
+        "bootstrap": adapters.bootstrap(spec, worker),
+        "mig_config": geometry,
+        "operator_namespace": op.namespace,
+        "timeout_seconds": op.capacity_gate_seconds or 600,
+        "host": bootstrap.host,
+        "user": worker.ssh_user,
+        "replace_with": (bootstrap.final_step,),
+    }
+
+
+def _mig_workers(
+    spec: ClusterSpec, stack: GpuStack, bootstraps: dict[str, GuestBootstrap]
+) -> list[tuple[Worker, str, GuestBootstrap]]:
+    """Joined workers with a MIG geometry, when the operator's mig-manager applies it (kubeadm joins, where the
+    rollout settings apply)."""
+    if not spec.gpu_operator.enabled or spec.kubernetes.join_method != "kubeadm":
+        return []
+    out = []
+    for worker in spec.workers:
+        bootstrap, geometry = bootstraps.get(worker.name), stack.labels.get(worker.name, {}).get(MIG_LABEL)
+        if bootstrap is not None and geometry is not None:
+            out.append((worker, geometry, bootstrap))
+    return out
+
+
 def build_mig_rollouts(
     prefix: str,
     spec: ClusterSpec,
     stack: GpuStack,
     bootstraps: dict[str, GuestBootstrap],
     *,
+    secrets: Secrets,
+    provider: command.Provider,
+    opts: pulumi.ResourceOptions,
+) -> dict[str, MigDrain]:
+    """Per joined worker with a MIG geometry: the drain before its label changes (``build_mig_settles`` makes
+    the rest once the label patches exist)."""
+    return {
+        worker.name: MigDrain(
+            f"{prefix}-{worker.name}-mig",
+            MigDrainArgs(**_mig_step_args(spec, worker, geometry, bootstrap), ssh_private_key=secrets.ssh_private_key),
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(provider=provider, depends_on=[bootstrap])),
+        )
+        for worker, geometry, bootstrap in _mig_workers(spec, stack, bootstraps)
+    }
+
+
+def build_mig_settles(
+    prefix: str,
+    spec: ClusterSpec,
+    stack: GpuStack,
+    bootstraps: dict[str, GuestBootstrap],
+    drains: dict[str, MigDrain],
+    *,
+    labels: GpuNodeLabels | None,
     layer: ProxmoxLayer,
     secrets: Secrets,
     provider: command.Provider,
     opts: pulumi.ResourceOptions,
-) -> dict[str, MigRollout]:
-    """Per joined worker with a MIG geometry, when the operator's mig-manager applies it: drain before the label
-    changes, wait for it after (kubeadm joins, where the rollout settings apply). The restart and end steps come
-    with ``MigRollout.settle`` once the label patches exist; the VM restart runs on the worker's Proxmox node."""
-    op = spec.gpu_operator
-    if not op.enabled or spec.kubernetes.join_method != "kubeadm":
-        return {}
-    out: dict[str, MigRollout] = {}
-    for worker in spec.workers:
-        bootstrap, geometry = bootstraps.get(worker.name), stack.labels.get(worker.name, {}).get(MIG_LABEL)
-        if bootstrap is None or geometry is None:
-            continue
+) -> dict[str, MigSettle]:
+    """Per drained worker, once its label changed: the VM restart (if a MIG mode is due; it runs on the worker's
+    Proxmox node, after the node agent there) and the wait for mig-manager; the steps keep the drain's name as
+    their prefix (see MigSettle)."""
+    out: dict[str, MigSettle] = {}
+    for worker, geometry, bootstrap in _mig_workers(spec, stack, bootstraps):
+        patch = labels.patches.get(worker.name) if labels is not None else None
         vm = MigVm(
             vmid=worker.vmid,
             host=spec.node(worker.node).ssh_address,
             ssh_user=spec.proxmox.ssh_user,
             guest_user=worker.ssh_user,
-            host_agent=layer.host_agents[worker.node],
         )
-        out[worker.name] = MigRollout(
-            f"{prefix}-{worker.name}-mig",
-            adapters.bootstrap(spec, worker),
-            mig_config=geometry,
-            operator_namespace=op.namespace,
-            timeout_seconds=op.capacity_gate_seconds or 600,
-            provider=provider,
-            host=bootstrap.host,
-            user=worker.ssh_user,
-            ssh_private_key=secrets.ssh_private_key,
-            after=[bootstrap],
-            replace_with=[bootstrap.final_step],
-            vm=vm,
-            settle_later=True,
-            opts=opts,
+        after = [drains[worker.name], *([patch] if patch is not None else []), layer.host_agents[worker.node]]
+        out[worker.name] = MigSettle(
+            f"{prefix}-{worker.name}-mig-settle",
+            MigSettleArgs(
+                **_mig_step_args(spec, worker, geometry, bootstrap),
+                ssh_private_key=secrets.ssh_private_key,
+                vm=vm,
+                child_prefix=f"{prefix}-{worker.name}-mig",  # the drain's name
+            ),
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(provider=provider, depends_on=after)),
         )
     return out
 

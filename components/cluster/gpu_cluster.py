@@ -14,6 +14,7 @@ from proxmox_gpu_cluster.cluster.builders import (
     build_capacity_gates,
     build_guests,
     build_mig_rollouts,
+    build_mig_settles,
     build_retirements,
 )
 from proxmox_gpu_cluster.cluster.providers import Providers, Secrets, default_providers, needed_secrets, ssh_key
@@ -189,9 +190,8 @@ class GpuCluster(pulumi.ComponentResource):
         stack = adapters.gpu_stack(spec)
         capacity = stack.capacity()  # the plan's capacity table: what the gates check and the output says
         self.mig_rollouts = build_mig_rollouts(
-            name, spec, stack, self.bootstraps, layer=layer, secrets=secrets, provider=self.providers.command,
-            opts=child,
-        )  # fmt: skip
+            name, spec, stack, self.bootstraps, secrets=secrets, provider=self.providers.command, opts=child
+        )
         if op.enabled or stack.uses_dra or any(n.taint for n in stack.nodes):
             # Each node's labels wait for that node's bootstrap (joined and verified) and, for a new MIG geometry,
             # its drain; not for the others. They are applied again when it starts over on a new VM (which joins
@@ -208,9 +208,11 @@ class GpuCluster(pulumi.ComponentResource):
                 on_k8s,
             )
             gpu_stack.append(labels)
-        for node, rollout in self.mig_rollouts.items():  # restart (if due) and wait, once the label changed
-            patch = labels.patches.get(node) if labels is not None else None
-            rollout.settle([patch] if patch is not None else [])
+        # Restart (if due) and wait, once each node's label changed.
+        self.mig_settles = build_mig_settles(
+            name, spec, stack, self.bootstraps, self.mig_rollouts, labels=labels, layer=layer, secrets=secrets,
+            provider=self.providers.command, opts=child,
+        )  # fmt: skip
         self.retirements = build_retirements(
             name, spec, layer=layer, bootstraps=self.bootstraps, labels=labels, secrets=secrets,
             provider=self.providers.command, opts=child,

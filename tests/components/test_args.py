@@ -46,3 +46,19 @@ def test_every_problem_at_once_as_a_run_error(values: dict[str, object], lines: 
     assert isinstance(err.value, pulumi.RunError)
     assert err.value.lines == lines
     assert err.value.__cause__ is None and err.value.__suppress_context__  # no pydantic traceback chained
+
+
+class OuterArgs(ComponentArgs):
+    inner: ExampleArgs = Field(description="A nested args model.")
+
+
+def test_a_nested_args_model_reports_through_the_outermost_with_its_path() -> None:
+    with pytest.raises(InvalidComponentArgs) as err:
+        OuterArgs(inner={"count": 3, "host": "h"})  # type: ignore[arg-type]
+    assert err.value.lines == ["OuterArgs.inner.count: three is not allowed"]
+    with pytest.raises(InvalidComponentArgs) as err:
+        OuterArgs(inner={"count": -1})  # type: ignore[arg-type]
+    assert err.value.lines == [
+        "OuterArgs.inner.count: Input should be greater than or equal to 0",
+        "OuterArgs.inner.host: required field is missing",
+    ]

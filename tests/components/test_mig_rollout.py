@@ -1,20 +1,25 @@
-"""MigRollout in the plan: two steps per MIG worker around its label patch, the geometry in their commands, no
+"""MigDrain and MigSettle in the plan: two steps per MIG worker around its label patch, the geometry in their commands, no
 credential in their inputs (they act as the node); alone, it refuses a bootstrap without rollout settings."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pulumi
 import pulumi_command as command
 import pytest
 
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, RolloutSpec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
-from proxmox_gpu_cluster.guest.mig_rollout import MigRollout
+from proxmox_gpu_cluster.guest.mig_rollout import MigDrain, MigDrainArgs, MigSettle, MigSettleArgs
 from proxmox_gpu_cluster.testing import redact, run
-from tests.support import base_spec, plan_stack
+from tests.stacks.test_urns import old_urns, recorded
+from tests.support import ROOT, base_spec, plan_stack
 
-MIG = "proxmox-gpu-cluster:mig_rollout:MigRollout"
+DRAIN = "proxmox-gpu-cluster:mig_rollout:MigDrain"
+SETTLE = "proxmox-gpu-cluster:mig_rollout:MigSettle"
+MIG = DRAIN
 B = GuestBootstrapSpec.model_validate(
     {
         "nodeName": "bm-1", "gpus": [{"vendorDevice": "10de:20f1", "product": "NVIDIA-A100-PCIE-40GB"}],
@@ -60,24 +65,67 @@ def test_no_mig_rollout_for_nodes_joined_elsewhere() -> None:
     assert not plan_stack(raw).of_type(MIG)
 
 
+def args(bootstrap: GuestBootstrapSpec = B, **changes: object) -> dict[str, Any]:
+    base = {
+        "bootstrap": bootstrap, "mig_config": "all-1g.5gb", "operator_namespace": "gpu-operator",
+        "timeout_seconds": 60, "host": "h", "user": "root", "ssh_private_key": "k",
+    }  # fmt: skip
+    return base | changes
+
+
 def test_alone_it_needs_rollout_settings() -> None:
-    def program() -> None:
-        MigRollout(
-            "m", B, mig_config="all-1g.5gb", operator_namespace="gpu-operator", timeout_seconds=60,
-            provider=command.Provider("c"), host="h", user="root", ssh_private_key="k",
-        )  # fmt: skip
-
     with pytest.raises(InvalidComponentArgs) as err:
-        run(program)
-    assert err.value.lines == ["m.bootstrap.rollout: a MIG rollout needs rollout settings"]
+        MigDrainArgs(**args())
+    assert err.value.lines == ["MigDrainArgs.bootstrap.rollout: a MIG rollout needs rollout settings"]
+    with pytest.raises(InvalidComponentArgs) as err:
+        MigSettleArgs(**args(mig_config="all 1g", timeout_seconds=0, vm={"vmid": 1}))
+    assert err.value.lines == [
+        "MigSettleArgs.mig_config: String should match pattern '^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'",
+        "MigSettleArgs.timeout_seconds: Input should be greater than or equal to 1",
+        "MigSettleArgs.vm.guest_user: required field is missing",
+        "MigSettleArgs.vm.host: required field is missing",
+        "MigSettleArgs.vm.ssh_user: required field is missing",
+    ]
     rolling = B.model_copy(update={"rollout": RolloutSpec()})
+    provider = command.Provider("c")
 
-    def program_ok() -> None:
-        MigRollout(
-            "m", rolling, mig_config="all-1g.5gb", operator_namespace="gpu-operator", timeout_seconds=60,
-            provider=command.Provider("c"), host="h", user="root", ssh_private_key="k",
-        )  # fmt: skip
+    def program() -> None:
+        drain = MigDrain("m", MigDrainArgs(**args(rolling)), pulumi.ResourceOptions(provider=provider))
+        patch = command.local.Command("label-patch", command.local.CommandArgs(create="true"))
+        MigSettle(
+            "s",
+            MigSettleArgs(**args(rolling), child_prefix="m"),
+            pulumi.ResourceOptions(provider=provider, depends_on=[drain, patch]),
+        )
 
-    rec = run(program_ok)
+    rec = run(program)
+    begin, end = rec.named("m-begin"), rec.named("m-end")
     assert [r.name for r in rec.of_type("command:remote:Command")] == ["m-begin", "m-end"]
-    assert rec.named("m-end").custom_timeouts == {"create": "360s", "update": "360s"}
+    assert end.custom_timeouts == {"create": "360s", "update": "360s"}
+    assert rec.named("label-patch").urn in end.dependencies and rec.depends_on(end, begin)
+    assert begin.provider == end.provider and begin.provider.endswith("pulumi:providers:command::c")
+
+
+def test_the_steps_keep_the_urns_they_had_under_the_two_phase_component() -> None:
+    """Before MigDrain and MigSettle one MigRollout (the drain's name) held all three steps; aliases lead the engine
+    from those URNs to the steps now, so `pulumi up` neither replaces nor re-runs a step (pins: tests/stacks/urns)."""
+    rec = plan_stack(base_spec())
+    former = "proxmox-gpu-cluster:mig_rollout:MigRollout"
+    drain, settle = rec.named("cluster-mig-1-mig"), rec.named("cluster-mig-1-mig-settle")
+    assert (drain.type, settle.type) == (DRAIN, SETTLE)
+    assert {"name": "", "type": former, "parentUrn": ""} in drain.aliases  # its own parent; begin inherits it
+    old_parent = drain.urn.replace(f"{DRAIN}::", f"{former}::")
+    for step in ("cluster-mig-1-mig-restart", "cluster-mig-1-mig-end"):
+        assert rec.named(step).parent == settle.urn
+        assert [a.get("parentUrn") for a in rec.named(step).aliases] == [old_parent], step
+
+
+def test_the_pin_check_would_catch_a_step_without_its_alias() -> None:
+    recording = recorded(ROOT, "dev")
+    former = (
+        "::proxmox-gpu-cluster:cluster:GpuCluster$proxmox-gpu-cluster:mig_rollout:MigRollout$command:remote:Command::"
+    )
+    old_end = f"urn:pulumi:dev::proxmox-gpu-cluster{former}cluster-gpu-a100-1-mig-end"
+    assert old_end in old_urns(recording, "dev", "proxmox-gpu-cluster")
+    recording.named("cluster-gpu-a100-1-mig-end").aliases = []  # as if the step had moved without one
+    assert old_end not in old_urns(recording, "dev", "proxmox-gpu-cluster")

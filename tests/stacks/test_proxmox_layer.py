@@ -36,8 +36,10 @@ def test_components_children_and_names() -> None:
     assert vms == {"cluster-mig-1-vm", "cluster-mig-2-vm", "cluster-ts-1-vm"}
     for r in rec.resources:
         if r.type.startswith("proxmox-gpu-cluster:"):
-            # The gates' group keeps its children's names from when they were the cluster's (URNs stay stable).
-            prefix = r.name.removesuffix("-capacity-gates") if r.type.endswith(":NodeCapacityGates") else r.name
+            # The gates' group keeps its children's names from when they were the cluster's, a MIG settle its steps'
+            # from when they were the two-phase rollout's (named as the drain): URNs stay stable.
+            keeps = {":NodeCapacityGates": "-capacity-gates", ":MigSettle": "-settle"}
+            prefix = next((r.name.removesuffix(s) for t, s in keeps.items() if r.type.endswith(t)), r.name)
             for child in rec.children(r):
                 assert child.name.startswith(f"{prefix}-"), (r.name, child.name)
     # One mapping per declared GPU but the console T4, whether a worker claims it (pve1's A10 is unclaimed).
@@ -113,7 +115,7 @@ def test_host_prep_commands_quote_arguments_and_run_the_installed_agent() -> Non
     rec = plan_stack(prepped())
     prep = rec.named("cluster-pve2-host-prep-prep").plain_inputs
     bundle = f".proxmox-gpu-cluster/agent/{bundle_name('host-prep')}/step.sh"
-    assert prep["create"] == (f"bash {bundle} --cpu-vendor intel --boot-loader auto --acs-override 0 "
+    assert prep["create"] == (f"bash {bundle} --owner {SCOPE.token} --cpu-vendor intel --boot-loader auto --acs-override 0 "
                               "--reboot-policy when-idle --gpu 0000:17:00=10de:2236 --gpu 0000:18:00=10de:2236")  # fmt: skip
     assert "stdin" not in prep  # the script is on the node (the agent copy), not in state
     agent = rec.named("cluster-pve2-host-prep-agent")

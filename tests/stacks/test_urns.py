@@ -100,10 +100,13 @@ def old_urns(recording: Recording, stack: str, project: str) -> set[str]:
         found: set[str] = set()
         for alias in r.aliases:
             name, type_ = alias["name"] or r.name, alias["type"] or r.type
+            # An empty parentUrn is the resource's own parent (a new name or type only); one the program does not
+            # hold is a former parent's URN (in the engine's scheme: it was never registered by the mock).
+            parent_urn = alias.get("parentUrn") or r.parent
             if alias.get("noParent"):
                 found.add(f"urn:pulumi:{stack}::{project}::{type_}::{name}")
-            elif alias.get("parentUrn") in engine:
-                parent_type = engine[alias["parentUrn"]].split("::")[2]
+            elif parent_urn in engine or parent_urn.startswith(f"urn:pulumi:{stack}::{project}::"):
+                parent_type = engine.get(parent_urn, parent_urn).split("::")[2]
                 chain = type_ if parent_type == "pulumi:pulumi:Stack" else f"{parent_type}${type_}"
                 found.add(f"urn:pulumi:{stack}::{project}::{chain}::{name}")
         parent = by_urn.get(r.parent)
