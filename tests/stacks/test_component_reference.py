@@ -96,9 +96,10 @@ def test_every_component_argument_and_output_is_there_as_the_class_has_it(render
 
 def test_descriptions_come_from_the_init_docstring_and_none_are_invented(rendered: str) -> None:
     operator = table(section(rendered, "## GpuOperator"), "argument")
-    assert operator["vgpu_registry_password"][2].startswith("password of the vGPU Manager's registry, required")
-    assert operator["stack"][2].endswith("(the same object ``GpuNodeLabels`` takes).")
-    assert operator["provider"][2] == operator["depends_on"][2] == ""  # the docstring says nothing about them
+    assert operator["opts"][2].startswith("the Kubernetes provider in ``opts.provider`` (the children inherit it)")
+    assert operator["args"][2] == operator["name"][2] == ""  # the docstring says nothing about them
+    fields = table(section(rendered, "### GpuOperatorArgs"), "field")  # an args class: its fields' descriptions
+    assert fields["vgpu_registry_password"][2].startswith("Password of the vGPU Manager's registry, required")
     retirement = table(section(rendered, "## WorkerRetirement"), "argument")
     assert retirement["opts"][2].startswith("the command provider in ``opts.provider``; ``opts.depends_on`` (the")
     assert retirement["args"][2] == retirement["name"][2] == ""  # named in no sentence of its own
