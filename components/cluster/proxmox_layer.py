@@ -70,6 +70,7 @@ def build_proxmox(
                 ssh_user=spec.proxmox.ssh_user,
                 provider=host_command,
                 ssh_private_key=ssh_private_key,
+                owner=scope.token,
                 opts=child,
             )
         after_prep: list[pulumi.Resource] = [prep] if prep is not None else []

@@ -13,6 +13,7 @@ from proxmox_gpu_cluster.render.host_scripts import (
     REBOOT_SCHEDULED,
     parse_groups,
     prep_args,
+    release_args,
     verify_args,
 )
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
@@ -37,6 +38,12 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
     3. ``verify``: host_verify.sh checks IOMMU, interrupt remapping, vfio-pci binding and IOMMU-group isolation
        and reports each GPU's group, which the PCI mappings use when the preflight could not read them.
 
+    Several owners (stacks, or clusters of one program) may prepare one node: each run records ``owner``'s claim
+    (its GPUs, ``iommuPassthrough``, ``acsOverride``) in its own drop-in there and writes the node's files from the
+    union of all claims. Destroying this component releases the claim (the prep step's delete removes the drop-in
+    only; the next host prep of another owner writes the node's files without its GPUs; nothing is unbound or
+    rebooted then).
+
     Failures name the step, what was expected and what was seen (``host-prep: <what>: expected <x>, saw <y>``).
     """
 
@@ -57,11 +64,14 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
         ssh_user: str,
         provider: command.Provider,
         ssh_private_key: pulumi.Input[str] | None,
+        owner: str,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``node``: the Proxmox node as the spec describes it; nothing else feeds host prep, so no change to the
         workers can change (and so re-run or reboot) it. ``ssh_user``: root, or a user with passwordless sudo.
-        ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key."""
+        ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key.
+        ``owner``: the stack's or cluster's scope token (``core/names.py`` ``StackScope.token``), whose claim on the
+        node this is."""
         super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
         user = ssh_user
         connection = ssh_connection(node.ssh_address, user, ssh_private_key)
@@ -70,8 +80,18 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
         )
         prep = command.remote.Command(
             f"{name}-prep",
-            command.remote.CommandArgs(connection=connection, create=step_command(user, "host-prep", prep_args(node))),
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[agent]),
+            command.remote.CommandArgs(
+                connection=connection,
+                create=step_command(user, "host-prep", prep_args(node, owner=owner)),
+                # Destroying host prep releases the owner's claim (its drop-in); a changed input is an update,
+                # which runs create again and never this.
+                delete=step_command(user, "host-prep", release_args(owner)),
+                # The delete step would otherwise get the create step's output in its environment.
+                add_previous_output_in_env=False,
+            ),
+            # A forced replacement (pulumi up --replace) releases first, so the old claim's release never removes
+            # the claim the new create just recorded.
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[agent], delete_before_replace=True),
         )
         wait = command.local.Command(
             f"{name}-wait",

@@ -52,7 +52,7 @@ GUEST_STEPS: dict[str, tuple[str, ...]] = {
 """The steps that run on a worker's guest: the scripts each is made of, in order (``scripts/``), then the agent's
 Python modules it calls (``agent/``, installed beside ``step.sh``)."""
 HOST_STEPS: dict[str, tuple[str, ...]] = {
-    "host-prep": ("host_lib.sh", "host_prep.sh"),
+    "host-prep": ("host_lib.sh", "host_compose.sh", "host_prep.sh"),
     "host-verify": ("host_lib.sh", "host_verify.sh"),
     "large-bar": ("host_lib.sh", "large_bar.sh"),
     "retire": ("retire_vm.sh",),

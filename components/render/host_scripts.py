@@ -40,17 +40,36 @@ def kernel_args(node: ProxmoxNode) -> list[str]:
     return args
 
 
-def prep_args(node: ProxmoxNode) -> list[str]:
+OWNER = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+"""What host_prep.sh takes as ``--owner`` (a scope token, ``core/names.py`` ``StackScope.token``)."""
+
+
+def prep_args(node: ProxmoxNode, *, owner: str) -> list[str]:
     """Arguments of host_prep.sh: from the node's own description only (its declared GPUs, kernel options, reboot
     policy), never from which workers claim its GPUs, so adding or removing a worker never changes host prep.
-    ``--iommu-pt 1`` only when asked, so a node without it keeps the command line it had before the option."""
-    args = ["--cpu-vendor", node.cpu_vendor, "--boot-loader", node.boot_loader]
+    ``--iommu-pt 1`` only when asked, so a node without it keeps the command line it had before the option.
+    ``owner``: whose claim this is (the stack's or cluster's scope token): host prep records it in the owner's own
+    drop-in on the node and binds the union of every owner's GPUs, so clusters sharing the node never unbind each
+    other's (scripts/host_compose.sh)."""
+    args = ["--owner", _owner(owner), "--cpu-vendor", node.cpu_vendor, "--boot-loader", node.boot_loader]
     args += ["--acs-override", "1" if node.acs_override else "0", "--reboot-policy", node.reboot_policy]
     if node.iommu_passthrough:
         args += ["--iommu-pt", "1"]
     for _, gpu in node.passthrough_gpus:
         args += ["--gpu", f"{gpu.pci_path}={gpu.vendor_device}"]
     return args
+
+
+def release_args(owner: str) -> list[str]:
+    """Arguments of host_prep.sh that release ``owner``'s claim (the prep step's delete): its drop-in only; the next
+    host prep of another owner writes the node's files without its GPUs."""
+    return ["--owner", _owner(owner), "--release"]
+
+
+def _owner(owner: str) -> str:
+    if not OWNER.match(owner):
+        raise ValueError(f"host prep owner: expected a scope token like {OWNER.pattern}, got {owner!r}")
+    return owner
 
 
 def verify_args(node: ProxmoxNode) -> list[str]:

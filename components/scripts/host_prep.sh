@@ -2,8 +2,21 @@
 # Prepare a Proxmox VE node for GPU passthrough: the IOMMU (kernel arguments only where the running kernel needs
 # them), vfio-pci for exactly the PCI functions of the GPUs the node declares (by address), the host driver
 # blacklist only where every card of that driver is passed through.
-# Usage: host_prep.sh --cpu-vendor intel|amd --boot-loader grub|systemd-boot|auto --acs-override 0|1
+# Usage: host_prep.sh --owner <id> --cpu-vendor intel|amd --boot-loader grub|systemd-boot|auto --acs-override 0|1
 #   --reboot-policy when-idle|always|never [--iommu-pt 0|1] --gpu <domain:bus:device>=<vendor:device> [--gpu ...]
+#   host_prep.sh --owner <id> --release
+#
+# Several owners (stacks, or clusters of one program; <id> is the caller's scope token, [a-z0-9][a-z0-9-]{0,62})
+# may share the node: each run first records its owner's declaration in
+# /etc/proxmox-gpu-cluster/host-prep.d/<id>.conf, then writes every host-wide file from the union of all drop-ins
+# (host_compose.sh): vfio-pci takes every owner's GPUs, a kernel argument any owner wants is added, the blacklist
+# follows the union. A drop-in is data, one item a line ('#' lines are comments; anything else fails naming it):
+#   gpu <domain:bus:device>=<vendor:device>   one line per GPU, at least one (lower-case hex)
+#   iommu-pt 0|1                             once: whether iommu=pt is wanted
+#   acs-override 0|1                         once: whether pcie_acs_override=downstream,multifunction is wanted
+# The same slot declared by two owners is shared when their vendor:device agree and refused, naming both, when not.
+# CPU vendor, boot loader and reboot policy are this run's (facts and policy of the node, not claims). --release
+# removes the owner's drop-in only (see release_claim).
 # Every path is under $PGC_ROOT (empty on a real host) so tests can run against a fake root.
 #
 # The IOMMU is decided from what runs, never from words on the command line: it is active when
@@ -45,9 +58,12 @@ SCHEDULED="$STATE/reboot-scheduled"
 # shellcheck disable=SC2034 # read by host_lib.sh (failure lines, the ERR trap)
 STEP="host-prep"
 cpu_vendor="" boot_loader="auto" acs_override=0 reboot_policy="when-idle" iommu_pt=0 gpus=() changed=()
+owner="" releasing=0
 
 while (($#)); do
   case "$1" in
+  --release) releasing=1 && shift && continue ;;
+  --owner) owner="${2:-}" ;;
   --cpu-vendor) cpu_vendor="$2" ;;
   --boot-loader) boot_loader="$2" ;;
   --acs-override) acs_override="$2" ;;
@@ -59,48 +75,23 @@ while (($#)); do
   shift 2
 done
 
-case "$cpu_vendor" in
-intel | amd) ;;
-*) fail arguments "--cpu-vendor intel or amd" "'$cpu_vendor'" ;;
-esac
-case "$reboot_policy" in
-when-idle | always | never) ;;
-*) fail arguments "--reboot-policy when-idle, always or never" "'$reboot_policy'" ;;
-esac
-[[ "$iommu_pt" == [01] ]] || fail arguments "--iommu-pt 0 or 1" "'$iommu_pt'"
-[[ ${#gpus[@]} -gt 0 ]] || fail arguments "at least one --gpu" "none"
-
-# The kernel arguments the spec asks for; intel_iommu=on joins them in main, from the running kernel.
-wanted_args=()
-[[ "$iommu_pt" != 1 ]] || wanted_args+=("iommu=pt")
-[[ "$acs_override" != 1 ]] || wanted_args+=("pcie_acs_override=downstream,multifunction")
-# Arguments removed wherever found: amd_iommu=on is no value of amd_iommu= (an earlier version wrote it).
-unwanted_args=("amd_iommu=on")
-
-# Merge the wanted arguments into a kernel command line: one already there stays where it is, one with the same
-# key (iommu=soft for iommu=pt) is replaced in place, the others are appended; unwanted ones go; everything else is
-# kept in order; nothing is duplicated. So a line that already holds what is wanted comes out unchanged.
-merge_args() {
-  local token want found out=() tokens=() placed=" "
-  read -r -a tokens <<<"$1" || true
-  for token in "${tokens[@]}"; do
-    [[ " ${unwanted_args[*]} " != *" $token "* ]] || continue
-    found=""
-    for want in "${wanted_args[@]}"; do
-      [[ "${want%%=*}" != "${token%%=*}" ]] || found="$want"
-    done
-    if [[ -z "$found" ]]; then
-      out+=("$token")
-    elif [[ "$placed" != *" $found "* ]]; then
-      out+=("$found")
-      placed+="$found "
-    fi
+[[ "$owner" =~ $OWNER_RE ]] || fail arguments "--owner like $OWNER_RE" "'$owner'"
+if ((!releasing)); then
+  case "$cpu_vendor" in
+  intel | amd) ;;
+  *) fail arguments "--cpu-vendor intel or amd" "'$cpu_vendor'" ;;
+  esac
+  case "$reboot_policy" in
+  when-idle | always | never) ;;
+  *) fail arguments "--reboot-policy when-idle, always or never" "'$reboot_policy'" ;;
+  esac
+  [[ "$iommu_pt" == [01] ]] || fail arguments "--iommu-pt 0 or 1" "'$iommu_pt'"
+  [[ "$acs_override" == [01] ]] || fail arguments "--acs-override 0 or 1" "'$acs_override'"
+  [[ ${#gpus[@]} -gt 0 ]] || fail arguments "at least one --gpu" "none"
+  for gpu in "${gpus[@]}"; do
+    [[ "$gpu" =~ $GPU_RE ]] || fail arguments "--gpu <domain:bus:device>=<vendor:device> (lower-case hex)" "'$gpu'"
   done
-  for want in "${wanted_args[@]}"; do
-    [[ "$placed" == *" $want "* ]] || out+=("$want")
-  done
-  echo "${out[*]}"
-}
+fi
 
 detect_boot_loader() {
   # proxmox-boot-tool keeps the ESP list in /etc/kernel/proxmox-boot-uuids; with /etc/kernel/cmdline present
@@ -111,16 +102,6 @@ detect_boot_loader() {
   else
     echo grub
   fi
-}
-
-# has_args <command line>: whether it holds every wanted argument; the missing ones in $missing.
-has_args() {
-  local token
-  missing=()
-  for token in "${wanted_args[@]}"; do
-    [[ " $1 " == *" $token "* ]] || missing+=("$token")
-  done
-  ((${#missing[@]} == 0))
 }
 
 # grub_generated: the default entry's kernel line in the generated grub.cfg (its first "linux" line), normalised.
@@ -195,12 +176,26 @@ running_guests() {
 }
 
 main() {
-  local current merged boot_file boot_content refresh_boot=() functions=() fn slot expected id found
-  local gpu file running boot_id unbound=() reason guests="" generated release iommu=0 others=() vendor class
+  local current merged boot_file boot_content refresh_boot=() functions=() fn others=() # compose_functions sets both
+  local file running boot_id unbound=() reason guests="" generated release iommu=0
   local scheduled_boot="" scheduled_reason="" scheduled_config=""
   local -a missing=() initramfs_files
   local -A content=()
   host_lock host-prep # host_lib.sh
+  if ((releasing)); then
+    # Only the owner's drop-in goes: the host-wide files keep its GPUs until the next host prep of any remaining
+    # owner writes them from the union without it. Nothing is unbound and nothing reboots now (its GPUs stay on
+    # vfio-pci until the next boot after that rewrite; with no owner left, the files stay as they are).
+    drop "$CLAIMS/$owner.conf"
+    for file in ${changed[@]+"${changed[@]}"}; do
+      echo "changed: $file"
+    done
+    echo "released: owner $owner (the next host prep of another owner composes this node's files without it)"
+    return 0
+  fi
+  # The union of every owner's claims with this run's own as it is about to be recorded; the kernel arguments any
+  # owner wants (host_compose.sh).
+  compose_claims "$owner" "$(declaration "$owner" "$iommu_pt" "$acs_override" "${gpus[@]}")"
   [[ "$boot_loader" != auto ]] || boot_loader="$(detect_boot_loader)"
 
   # intel_iommu=on only where the running kernel needs it: its IOMMU is off (before 6.8, intel_iommu=off, a kernel
@@ -236,29 +231,10 @@ main() {
   *) fail arguments "--boot-loader grub, systemd-boot or auto" "'$boot_loader'" ;;
   esac
 
-  # Every function of every declared GPU (the GPU and e.g. its audio or USB-C functions), by address.
-  for gpu in "${gpus[@]}"; do
-    slot="${gpu%%=*}"
-    expected="${gpu#*=}"
-    found=0
-    for fn in "$ROOT/sys/bus/pci/devices/$slot".*; do
-      [[ -e "$fn/vendor" ]] || continue
-      if [[ "${fn##*/}" == "$slot.0" ]]; then
-        found=1
-        id="$(sed 's/^0x//' "$fn/vendor"):$(sed 's/^0x//' "$fn/device")"
-        [[ "$id" == "$expected" ]] || fail vfio-ids "$expected at $slot.0 (the spec's model)" "$id"
-      fi
-      functions+=("${fn##*/}")
-    done
-    ((found)) || fail vfio-ids "a PCI device at $slot.0" "none"
-  done
-  # Undeclared NVIDIA display functions (class 0x03xxxx; a console GPU) need their host driver: no blacklist then.
-  for fn in "$ROOT"/sys/bus/pci/devices/*; do
-    vendor="$(cat "$fn/vendor" 2>/dev/null || true)"
-    class="$(cat "$fn/class" 2>/dev/null || true)"
-    [[ "$vendor" == 0x10de && "$class" == 0x03* && " ${functions[*]} " != *" ${fn##*/} "* ]] || continue
-    others+=("${fn##*/}")
-  done
+  compose_functions
+  # Recorded before any host-wide file changes: a run cut off later leaves the claim the next run of any owner
+  # composes (and a refused declaration is never recorded).
+  put "$CLAIMS/$owner.conf" "$(declaration "$owner" "$iommu_pt" "$acs_override" "${gpus[@]}")"
 
   # vfio_virqfd is not listed: it is built into vfio since kernel 6.2 (Proxmox VE 8).
   content["$ROOT/etc/modules-load.d/vfio.conf"]="# Managed by proxmox-gpu-cluster

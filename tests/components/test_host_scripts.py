@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
+from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.render.host_scripts import (
     kernel_args,
     parse_groups,
     prep_args,
+    release_args,
     retire_args,
     verify_args,
 )
@@ -32,8 +36,8 @@ def test_args_follow_the_node_only() -> None:
     assert kernel_args(node) == ["pcie_acs_override=downstream,multifunction"]
     # Every declared GPU but the console T4, claimed or not (a10-0 on pve1 has no worker).
     gpus = ["--gpu", "0000:41:00=10de:20f1", "--gpu", "0000:42:00=10de:20f1", "--gpu", "0000:81:00=10de:2236"]
-    assert prep_args(node) == [
-        "--cpu-vendor", "amd", "--boot-loader", "auto", "--acs-override", "1", "--reboot-policy", "never", *gpus,
+    assert prep_args(node, owner="prod-1a2b3c4d") == [
+        "--owner", "prod-1a2b3c4d", "--cpu-vendor", "amd", "--boot-loader", "auto", "--acs-override", "1", "--reboot-policy", "never", *gpus,
     ]  # fmt: skip
     assert verify_args(node) == [
         "--kernel-arg", "pcie_acs_override=downstream,multifunction",
@@ -49,10 +53,22 @@ def test_iommu_passthrough_is_a_spec_choice() -> None:
     raw["proxmox"]["nodes"][0].update(hostPrep=True, iommuPassthrough=True)
     node = load_spec(raw).node("pve1")
     assert kernel_args(node) == ["iommu=pt"]
-    assert prep_args(node)[6:10] == ["--reboot-policy", "when-idle", "--iommu-pt", "1"]
+    assert prep_args(node, owner="dev-1a2b3c4d")[8:12] == ["--reboot-policy", "when-idle", "--iommu-pt", "1"]
     assert verify_args(node)[:2] == ["--kernel-arg", "iommu=pt"]
     raw["proxmox"]["nodes"][0]["iommuPassthrough"] = False
-    assert "--iommu-pt" not in prep_args(load_spec(raw).node("pve1"))
+    assert "--iommu-pt" not in prep_args(load_spec(raw).node("pve1"), owner="dev-1a2b3c4d")
+
+
+def test_host_prep_owner_is_a_scope_token() -> None:
+    node = load_spec(base_spec()).node("pve1")
+    for scope in (StackScope("proj", "prod"), StackScope("proj", "prod", "team-a"), StackScope("p", "Ünïcode!")):
+        assert prep_args(node, owner=scope.token)[:2] == ["--owner", scope.token]
+        assert release_args(scope.token) == ["--owner", scope.token, "--release"]
+    for bad in ("", "Prod", "-x", "a b", "x" * 64, "$(id)"):
+        with pytest.raises(ValueError, match="host prep owner: expected a scope token"):
+            prep_args(node, owner=bad)
+        with pytest.raises(ValueError, match="host prep owner"):
+            release_args(bad)
 
 
 def test_retire_args() -> None:

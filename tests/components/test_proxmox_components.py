@@ -65,12 +65,20 @@ def test_pci_mappings_from_a_preflight() -> None:
 
 def test_host_prep_on_one_node() -> None:
     def program() -> None:
-        ProxmoxHostGpuPrep("prep", NODE, ssh_user="root", provider=command.Provider("ssh"), ssh_private_key="k")
+        ProxmoxHostGpuPrep(
+            "prep", NODE, ssh_user="root", provider=command.Provider("ssh"), ssh_private_key="k", owner="dev-1a2b3c4d"
+        )
 
     rec = run(program)
     steps = {r.name for r in rec.of_type("command:remote:Command")}
     assert steps == {"prep-prep", "prep-verify"}
-    assert "10de:27b8" in rec.named("prep-prep").plain_inputs["create"]  # the L4 goes to vfio-pci
+    prep = rec.named("prep-prep")
+    assert "10de:27b8" in prep.plain_inputs["create"]  # the L4 goes to vfio-pci
+    assert " --owner dev-1a2b3c4d --cpu-vendor amd " in prep.plain_inputs["create"]
+    # Destroying it releases the owner's claim, with the same bundle; a forced replacement releases first.
+    create, delete = prep.plain_inputs["create"], prep.plain_inputs["delete"]
+    assert delete == create.split(" --owner ")[0] + " --owner dev-1a2b3c4d --release"
+    assert prep.delete_before_replace
 
 
 def vm_args(**changes: object) -> WorkerVmArgs:

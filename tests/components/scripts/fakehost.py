@@ -58,6 +58,10 @@ OLD_KERNEL = "6.5.13-6-pve"
 """Proxmox VE 8.1's kernel: Intel's IOMMU is off without intel_iommu=on (on by default from 6.8)."""
 A10 = ("0000:41:00", "10de:2236")
 A100 = ("0000:81:00", "10de:20f1")
+OWNER = "dev-1a2b3c4d"
+"""The scope token host prep runs for unless a test names another (core/names.py StackScope.token)."""
+CLAIMS = "etc/proxmox-gpu-cluster/host-prep.d"
+"""Host prep's drop-ins, one per owner."""
 WINDOW = "-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=65536"
 MUTATING = ("update-grub", "proxmox-boot-tool", "update-initramfs", "systemd-run", "modprobe", "tee", "qm set",
             "qm start", "qm stop", "qm shutdown")  # fmt: skip
@@ -179,13 +183,19 @@ class FakeHost(FakeRoot):
         return out
 
     def prep(self, *gpus: tuple[str, str], policy: str = "when-idle", vendor: str | None = None, acs: str = "0",
-             boot_loader: str = "auto", pt: bool = False) -> Result:  # fmt: skip
-        """host_prep.sh as ``render/host_scripts.prep_args`` calls it (``vendor``: the node's CPU by default)."""
-        args = ["--cpu-vendor", vendor or self.cpu, "--boot-loader", boot_loader, "--acs-override", acs]
+             boot_loader: str = "auto", pt: bool = False, owner: str = OWNER) -> Result:  # fmt: skip
+        """host_prep.sh as ``render/host_scripts.prep_args`` calls it (``vendor``: the node's CPU by default), for
+        ``owner`` (a stack's or cluster's scope token; one stack by default)."""
+        args = ["--owner", owner, "--cpu-vendor", vendor or self.cpu, "--boot-loader", boot_loader]
+        args += ["--acs-override", acs]
         args += ["--reboot-policy", policy, *(["--iommu-pt", "1"] if pt else [])]
         for slot, vendor_device in gpus:
             args += ["--gpu", f"{slot}={vendor_device}"]
         return self.run("host_prep.sh", *args)
+
+    def release(self, owner: str = OWNER) -> Result:
+        """host_prep.sh --release, as the prep step's delete runs it when its cluster's host prep is destroyed."""
+        return self.run("host_prep.sh", "--owner", owner, "--release")
 
     def verify(self, *slots: str, pt: bool = False, nested: bool = False) -> Result:
         args = ["--kernel-arg", "iommu=pt"] if pt else []

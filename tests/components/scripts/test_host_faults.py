@@ -208,3 +208,61 @@ def test_iommu_pt_asked_on_an_amd_node_reboots_once(tmp_path: Path) -> None:
     report = harness(tmp_path, FakeHost, [prep, ("host-verify", lambda h: h.verify(A10[0], A100[0], pt=True))])
     check(report)
     assert report.boots == 2
+
+
+DEV, PROD = "dev-1a2b3c4d", "prod-5e6f7a8b"
+"""Two owners of one node (two stacks, or two clusters of one program): dev passes the A10 through, prod the A100."""
+
+
+def dev_prepared(root: Path) -> FakeHost:
+    """The Intel node on kernel 6.5 after dev's host prep and its reboot (intel_iommu=on)."""
+    host = old_intel(root)
+    assert host.prep(A10, owner=DEV).returncode == 0 and host.reboot_if_scheduled()
+    return host
+
+
+@pytest.mark.slow
+def test_a_second_owner_joins_a_prepared_node(tmp_path: Path) -> None:
+    # prod's run composes both claims and binds the A100 at runtime (no reboot); every fault is injected into prod's
+    # run (and verify); dev's next run (its next pulumi up) then finds nothing to change.
+    steps: list[Step] = [
+        ("host-prep (second owner)", lambda h: h.prep(A100, owner=PROD)),
+        ("host-verify", lambda h: h.verify(A10[0], A100[0])),
+        ("host-prep (first owner again)", lambda h: h.prep(A10, owner=DEV)),
+    ]
+    report = harness(tmp_path, dev_prepared, steps)
+    check(report)
+    assert report.boots == 2  # the fake's boot and dev's reboot: none for prod
+    assert report.points["host-prep (second owner)"] >= 5 and not report.points["host-prep (first owner again)"]
+
+
+@pytest.mark.slow
+def test_a_second_owner_wanting_iommu_pt_reboots_the_node_once(tmp_path: Path) -> None:
+    steps: list[Step] = [
+        ("host-prep (second owner)", lambda h: h.prep(A100, owner=PROD, pt=True)),
+        ("host-verify", lambda h: h.verify(A10[0], A100[0], pt=True)),
+        ("host-prep (first owner again)", lambda h: h.prep(A10, owner=DEV)),
+    ]
+    report = harness(tmp_path, dev_prepared, steps)
+    check(report)
+    assert report.boots == 3  # the fake's boot, dev's reboot, prod's reboot for iommu=pt
+    assert report.points["host-prep (second owner)"] >= 5 and not report.points["host-prep (first owner again)"]
+
+
+def both_prepared(root: Path) -> FakeHost:
+    host = dev_prepared(root)
+    assert host.prep(A100, owner=PROD).returncode == 0
+    return host
+
+
+@pytest.mark.slow
+def test_a_release_then_the_other_owners_run(tmp_path: Path) -> None:
+    # prod's claim released (its destroy): dev's next run drops the A100 from vfio.conf and the blacklist goes.
+    steps: list[Step] = [
+        ("release (second owner)", lambda h: h.release(PROD)),
+        ("host-prep (first owner)", lambda h: h.prep(A10, owner=DEV)),
+        ("host-verify", lambda h: h.verify(A10[0])),
+    ]
+    report = harness(tmp_path, both_prepared, steps)
+    check(report)
+    assert report.boots == 2 and report.points["host-prep (first owner)"] >= 1

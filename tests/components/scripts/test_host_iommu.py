@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.components.scripts.fakehost import A10, A100, BOOT, GRUB, OLD_KERNEL, FakeHost, mutating
+from tests.components.scripts.fakehost import A10, A100, BOOT, CLAIMS, GRUB, OLD_KERNEL, OWNER, FakeHost, mutating
 
 CONSOLE = "0000:21:00.0"
 """A console A10: the same model (10de:2236) as the passed-through one at 0000:41:00."""
@@ -61,7 +61,8 @@ def test_a_busy_node_with_its_iommu_on_passes_when_idle(tmp_path: Path, cpu: str
 
 def test_iommu_pt_takes_0_or_1(tmp_path: Path) -> None:
     host = FakeHost(tmp_path / "root")
-    r = host.run("host_prep.sh", "--cpu-vendor", "amd", "--iommu-pt", "yes", "--gpu", "0000:41:00=10de:2236")
+    args = ("--owner", OWNER, "--cpu-vendor", "amd", "--iommu-pt", "yes", "--gpu", "0000:41:00=10de:2236")
+    r = host.run("host_prep.sh", *args)
     assert r.returncode == 1 and r.stderr.strip() == "host-prep: arguments: expected --iommu-pt 0 or 1, saw 'yes'"
 
 
@@ -106,6 +107,8 @@ def test_iommu_pt_only_when_the_spec_asks(tmp_path: Path) -> None:
     assert host.reboot_if_scheduled() and host.verify(A10[0], A100[0], pt=True).returncode == 0
     settled(host, A10, A100, pt=True)
     # Asked no more: host prep does not take it away (it may be yours), and nothing reboots.
+    r = host.prep(A10, A100)
+    assert changed(r.stdout) == [f"changed: /{CLAIMS}/{OWNER}.conf"] and mutating(r.calls) == [], r.stdout
     settled(host, A10, A100)
 
 
@@ -216,6 +219,7 @@ def test_a_host_prepared_the_old_way_converges_without_a_reboot(tmp_path: Path, 
     r = host.prep(A10, A100)
     assert r.returncode == 0, r.stderr
     files = ["changed: /etc/modprobe.d/vfio.conf", "changed: /etc/modprobe.d/blacklist-gpu-passthrough.conf (removed)"]
+    files.append(f"changed: /{CLAIMS}/{OWNER}.conf")
     # AMD: amd_iommu=on goes (no such value), so GRUB is regenerated; Intel: intel_iommu=on stays (valid).
     assert sorted(changed(r.stdout)) == sorted(files + (["changed: /etc/default/grub"] if cpu == "amd" else []))
     assert "update-initramfs -u -k all" in r.calls and ("update-grub " in r.calls) is (cpu == "amd")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.components.scripts.fakehost import A10, A100, BOOT, GRUB, OLD_KERNEL, FakeHost, mutating
+from tests.components.scripts.fakehost import A10, A100, BOOT, CLAIMS, GRUB, OLD_KERNEL, OWNER, FakeHost, mutating
 
 MARKER = "run/proxmox-gpu-cluster/reboot-required"
 SCHEDULED = "var/lib/proxmox-gpu-cluster/reboot-scheduled"
@@ -34,6 +34,7 @@ def test_first_run_configures_and_schedules_one_reboot(host: FakeHost) -> None:
         "changed: /etc/default/grub",
         "changed: /etc/modprobe.d/vfio.conf",
         "changed: /etc/modules-load.d/vfio.conf",
+        f"changed: /{CLAIMS}/{OWNER}.conf",  # its claim, recorded first
     ]
     assert r.stdout.splitlines()[-1] == "reboot: scheduled (the running kernel lacks intel_iommu=on)"
     assert [c.split()[0] for c in r.calls] == ["update-initramfs", "update-grub", "qm", "pct", "systemd-run"]
@@ -80,6 +81,7 @@ def test_a_newly_declared_gpu_is_bound_at_runtime_without_a_reboot(host: FakeHos
     r = host.prep(A10, A100)
     assert r.returncode == 0, r.stderr
     assert [line for line in r.stdout.splitlines() if line.startswith("changed: ")] == [
+        f"changed: /{CLAIMS}/{OWNER}.conf",  # the owner's claim now holds the A100 too
         "changed: /etc/modprobe.d/blacklist-gpu-passthrough.conf",  # now every NVIDIA card is declared
         "changed: /etc/modprobe.d/vfio.conf",
     ]
@@ -218,14 +220,19 @@ def test_wrong_model_at_the_path_fails_the_step(host: FakeHost) -> None:
     r = host.prep(("0000:41:00", "10de:20b5"))
     assert r.returncode == 1
     assert (
-        r.stderr.strip() == "host-prep: vfio-ids: expected 10de:20b5 at 0000:41:00.0 (the spec's model), saw 10de:2236"
+        r.stderr.strip() == "host-prep: vfio-ids: expected 10de:20b5 at 0000:41:00.0 (the model owner "
+        f"{OWNER} declares), saw 10de:2236"
     )
-    assert reboots(r.calls) == 0
+    assert reboots(r.calls) == 0 and not (host.root / CLAIMS).exists()  # a refused claim is never recorded
 
 
 def test_missing_device_fails_the_step(host: FakeHost) -> None:
     r = host.prep(("0000:99:00", "10de:2236"))
-    assert r.returncode == 1 and r.stderr == "host-prep: vfio-ids: expected a PCI device at 0000:99:00.0, saw none\n"
+    assert r.returncode == 1
+    assert (
+        r.stderr
+        == f"host-prep: vfio-ids: expected a PCI device at 0000:99:00.0 (declared by owner {OWNER}), saw none\n"
+    )
 
 
 def test_unknown_policy_fails_the_step(host: FakeHost) -> None:
@@ -239,5 +246,10 @@ def test_unknown_policy_fails_the_step(host: FakeHost) -> None:
 def test_spec_strings_are_arguments_not_code(host: FakeHost) -> None:
     # The component quotes every argument; even a hostile one is only ever data to the script.
     r = host.prep(("0000:41:00", "$(touch /tmp/pwned)"))
-    assert r.returncode == 1 and "expected $(touch /tmp/pwned) at" in r.stderr
+    assert r.returncode == 1 and r.stderr == (
+        "host-prep: arguments: expected --gpu <domain:bus:device>=<vendor:device> (lower-case hex), "
+        "saw '0000:41:00=$(touch /tmp/pwned)'\n"
+    )
+    r = host.prep(A10, owner="$(touch /tmp/pwned)")
+    assert r.returncode == 1 and "saw '$(touch /tmp/pwned)'" in r.stderr
     assert not Path("/tmp/pwned").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.components.scripts.fakehost import A10, BOOT, GRUB, OLD_KERNEL, FakeHost, mutating
+from tests.components.scripts.fakehost import A10, BOOT, CLAIMS, GRUB, OLD_KERNEL, OWNER, FakeHost, mutating
 from tests.components.scripts.fakeroot import _STEP_OF
 
 LOCK = "run/lock/proxmox-gpu-cluster.lock"
@@ -62,8 +62,9 @@ exit 1""",
     r = host.prep(A10)
     assert r.returncode == 1 and mutating(r.calls) == []
     line = last_line(r.stderr)
-    assert line.startswith("host-prep: write: expected a temporary file next to /etc/default/grub, saw mktemp: ")
-    assert line.endswith("/etc/default/grub.pgc-XXXXXX': Read-only file system")
+    # The owner's claim is the first file written (before any host-wide one).
+    assert line.startswith(f"host-prep: write: expected a temporary file next to /{CLAIMS}/{OWNER}.conf, saw mktemp: ")
+    assert line.endswith(f"/{OWNER}.conf.pgc-XXXXXX': Read-only file system")
 
 
 @pytest.mark.parametrize(("tool", "name"), [("update-grub", "boot-loader"), ("update-initramfs", "initramfs")])
@@ -166,7 +167,7 @@ def run_with(host: FakeHost, script: str, *args: str, **env: str) -> subprocess.
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
 
 
-PREP_ARGS = ("--cpu-vendor", "intel", "--boot-loader", "auto", "--acs-override", "0", "--reboot-policy", "when-idle",
+PREP_ARGS = ("--owner", OWNER, "--cpu-vendor", "intel", "--boot-loader", "auto", "--acs-override", "0", "--reboot-policy", "when-idle",
              "--gpu", "0000:41:00=10de:2236")  # fmt: skip
 
 
