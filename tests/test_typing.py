@@ -49,6 +49,9 @@ from proxmox_gpu_cluster.core.spec import (
     ProxmoxSpec,
 )
 from proxmox_gpu_cluster.core.worker_spec import GpuAssignment, Image, Network, TimeSlicing, Worker
+from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoringArgs
+from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabelsArgs
+from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotasArgs
 from proxmox_gpu_cluster.proxmox.worker_vm import WorkerVmArgs
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 
@@ -59,6 +62,7 @@ from proxmox_gpu_cluster.cluster.gpu_cluster import GpuClusterArgs
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode
 from proxmox_gpu_cluster.core.spec import HostGpu, KubeVirtSpec, ProxmoxNode
 from proxmox_gpu_cluster.core.worker_spec import GpuAssignment, TimeSlicing, Worker
+from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotasArgs
 from proxmox_gpu_cluster.proxmox.worker_vm import WorkerVmArgs
 
 GPUS = (GpuAssignment(ref="a10-0"),)
@@ -142,6 +146,9 @@ SECRET = pulumi.Output.secret("x")
 secrets = Secrets(ssh_private_key=SECRET, kubeconfig=SECRET, proxmox_api_token=SECRET, proxmox_password=SECRET,
                   join_token=SECRET, ca_cert_hash=SECRET, vgpu_registry_password=SECRET)
 cluster_args = GpuClusterArgs(spec=spec, secrets=secrets, stack_scoped_names=True)
+labels_args = GpuNodeLabelsArgs(stack=stack, node_ready={"bm-1": []})
+quota_args = GpuQuotasArgs(quotas=spec.quotas, capacity=tuple(stack.capacity()), priority_classes=("gpu-high",))
+monitoring_args = GpuMonitoringArgs(operator_namespace=pulumi.Output.from_input("gpu-operator"), nodes=stack.nodes)
 """
 ).replace("KEY", '"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBxYhxkAFq8yGtzKQpNLT3ZN0r6Jw1c0Kf3z8lL0Q1u1 ops@example"')
 
@@ -159,6 +166,7 @@ ExistingGpuNode(name="bm-1", gpus={"A10": 2}, time_slicng=TimeSlicing(replicas=2
 WorkerVmArgs(worker=W, gpu_models=("A10",), ssh_public_keys=("k",), node_ssh_adress="pve2")  # error: misspelt
 WorkerVmArgs(worker=W, gpu_models=("A10",), ssh_public_keys="k")  # error: a string, not a tuple of keys
 GpuClusterArgs(stack_scoped_name=True)  # error: a misspelt field (and no spec nor secrets)
+GpuQuotasArgs(quotas=(), capacity=(), priority_class=("x",))  # error: a misspelt field
 Worker(name="w", vmid=201, node="pve2", gpus=GPUS, memory_mib=65536, disk_gib=200)  # fine: the field names
 """
 )
