@@ -133,10 +133,21 @@ def advertised_total(rows: Sequence[WorkerCapacity]) -> dict[str, int]:
 def smoke_test_resource(spec: ClusterSpec) -> str | None:
     """The resource the smoke-test Job requests: a whole GPU if any container node advertises one, otherwise
     the shared or MIG resource with the most units (the likeliest to be free); None when there is none."""
+    return smoke_test_resource_of(capacity_table(spec))
+
+
+def container_resources(rows: Sequence[WorkerCapacity]) -> Counter[str]:
+    """What the container nodes of ``rows`` advertise together (what a pod can request)."""
     total: Counter[str] = Counter()
-    for row in capacity_table(spec):
+    for row in rows:
         if row.workload == "container":
             total.update(row.resources)
+    return total
+
+
+def smoke_test_resource_of(rows: Sequence[WorkerCapacity]) -> str | None:
+    """``smoke_test_resource`` for the nodes of ``rows``."""
+    total = container_resources(rows)
     for preferred in (GPU, f"{GPU}.shared"):
         if total[preferred]:
             return preferred

@@ -6,9 +6,11 @@ from typing import Annotated
 
 import pulumi
 import pulumi_kubernetes as kubernetes
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from proxmox_gpu_cluster.args import ComponentArgs, Input
+from proxmox_gpu_cluster.core.capacity import WorkerCapacity, container_resources
+from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.operator_spec import SmokeTestSpec
 from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, LINE_BREAKERS, Name
 from proxmox_gpu_cluster.node_agent import caller_dependencies
@@ -33,6 +35,19 @@ class GpuSmokeTestArgs(ComponentArgs):
         description="A digest of what the test depends on (driver build, sharing configuration); a new key is a "
         "new pod template, which replaces the Job, so the test runs again.",
     )
+    capacity: tuple[WorkerCapacity, ...] = Field(
+        default=(),
+        description="What the GPU nodes advertise (``GpuStack.capacity()``): when given, ``resource`` must be one a "
+        "container node advertises (a Job requesting anything else is never scheduled and times out).",
+    )
+
+    @model_validator(mode="after")
+    def _schedulable(self) -> GpuSmokeTestArgs:
+        advertised = container_resources(self.capacity)
+        if self.capacity and self.resource not in advertised:
+            known = ", ".join(sorted(advertised)) or "nothing"
+            raise SpecViolations([Problem("resource", f"no container node advertises {self.resource} ({known})")])
+        return self
 
 
 class GpuSmokeTest(pulumi.ComponentResource):

@@ -78,6 +78,8 @@ def test_smoke_test_requests_the_given_resource() -> None:
         GpuSmokeTest("smoke", args, k8s())
 
     job = run(program).one("kubernetes:batch/v1:Job").plain_inputs
+    shared = GpuStack(operator=GpuOperatorSpec(), nodes=(SHARED.resolve(),)).capacity()
+    assert GpuSmokeTestArgs(resource="nvidia.com/gpu", namespace="x", capacity=tuple(shared)).capacity
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
     assert job["metadata"]["namespace"] == "x"
@@ -116,6 +118,11 @@ def test_dra_smoke_and_kubevirt_opts_carry_the_provider_and_what_they_wait_for()
          ["GpuSmokeTestArgs.rerun_key: String should match pattern '^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$'",
           "GpuSmokeTestArgs.resource: String should match pattern "
           "'^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'"]),
+        # Judged against what the container nodes advertise, when given: MIG only, so no whole GPU to request.
+        (lambda: GpuSmokeTestArgs(namespace="x", capacity=tuple(GpuStack(operator=GpuOperatorSpec(), nodes=(
+            ExistingGpuNode(name="bm-4", gpus={"A30": 1}, sharing="mig", mig="all-1g.6gb").resolve(),
+            ExistingGpuNode(name="bm-5", gpus={"L40S": 1}, workload="vm-passthrough").resolve())).capacity())),
+         ["GpuSmokeTestArgs.resource: no container node advertises nvidia.com/gpu (nvidia.com/mig-1g.6gb)"]),
         (lambda: KubeVirtGpuDevicesArgs(nodes=(VGPU,)),  # type: ignore[arg-type]
          ["KubeVirtGpuDevicesArgs.nodes[0]: bm-2: an ExistingGpuNode; pass ExistingGpuNode(...).resolve(), the node "
           "as the stack sees it"]),
