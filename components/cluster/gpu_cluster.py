@@ -245,6 +245,7 @@ class GpuCluster(pulumi.ComponentResource):
                         resource=adapters.smoke_test_resource(spec) or "nvidia.com/gpu",  # validation: never None
                         rerun_key=adapters.smoke_test_rerun_key(spec, stack),
                         namespace=operator.namespace,
+                        capacity=tuple(capacity),
                     ),
                     after(operator, *gates.values()),
                 )
