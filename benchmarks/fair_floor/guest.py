@@ -147,35 +147,51 @@ class GuestParts(Base):
     def mig(
         self, w: dict[str, Any], host: pulumi.Output[str], boot: tuple[Part, Any, Any]
     ) -> tuple[list[pulumi.Resource], Callable[[pulumi.Resource, pulumi.Resource], None]]:
-        """The begin step, and what makes the restart (on the VM's Proxmox node) and end steps once the label patch
-        exists (the patch and the node's agent copy)."""
-        part = self.part("mig_rollout:MigRollout", f"{w['name']}-mig")
+        """The drain (its begin step), and what makes the settle (the restart on the VM's Proxmox node, and the end
+        step) once the label patch exists (the patch and the node's agent copy)."""
+        name = f"{self.name}-{w['name']}-mig"
+        former = "proxmox-gpu-cluster:mig_rollout:MigRollout"
+        drain = Part(
+            "mig_rollout:MigDrain",
+            name,
+            pulumi.ResourceOptions.merge(
+                self.moved(name, depends_on=[boot[0]]), pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=former)])
+            ),
+        )
         conn = ssh(host, "ubuntu", self.key)
         rollout = ROLLOUT.format(node=w["name"], api=self.api)
         mig_args = f"--mig-config {sharing(w)[1]} --timeout 600 --operator-namespace gpu-operator --mig-mode 0=1"
 
-        def phase(name: str, after: list[pulumi.Resource], limit: int) -> command.remote.Command:
+        def phase(name: str, parent: Part, opts: pulumi.ResourceOptions, limit: int) -> command.remote.Command:
             args = f"--phase {name} {mig_args} {rollout}"
             return command.remote.Command(
-                f"{part.prefix}-{name}",
+                f"{drain.prefix}-{name}",
                 command.remote.CommandArgs(connection=conn, create=step("ubuntu", "mig", args)),
-                opts=pulumi.ResourceOptions(
-                    parent=part,
-                    provider=self.cmd,
-                    depends_on=after,
-                    replace_with=[boot[1]],
-                    custom_timeouts=pulumi.CustomTimeouts(create=f"{limit}s", update=f"{limit}s"),
+                opts=pulumi.ResourceOptions.merge(
+                    pulumi.ResourceOptions(
+                        parent=parent,
+                        provider=self.cmd,
+                        replace_with=[boot[1]],
+                        custom_timeouts=pulumi.CustomTimeouts(create=f"{limit}s", update=f"{limit}s"),
+                    ),
+                    opts,
                 ),
             )
 
-        begin = phase("begin", [boot[0]], 22500)
+        begin = phase("begin", drain, pulumi.ResourceOptions(depends_on=[boot[0]]), 22500)
+        drain.register_outputs({})
 
         def settle(patch: pulumi.Resource, agent: pulumi.Resource) -> None:
+            part = self.part("mig_rollout:MigSettle", f"{w['name']}-mig-settle", depends_on=[drain, patch, agent])
+            old_parent = part.urn.apply(
+                lambda u: u.rpartition("::")[0].replace(":MigSettle", f"${former}"[1:]) + f"::{name}"
+            )
+            was = [pulumi.Alias(parent=old_parent)]
             node = next(n for n in self.spec["proxmox"]["nodes"] if n["name"] == w["node"])
             guest = f"/home/ubuntu/{AGENT}/mig-{short('mig', 12)}/step.sh"
             args = f"--vmid {w['vmid']} --node-name {w['name']} --timeout 600 --guest-step {guest} -- --phase restart"
             restart = command.remote.Command(
-                f"{part.prefix}-restart",
+                f"{drain.prefix}-restart",
                 command.remote.CommandArgs(
                     connection=ssh(node["sshAddress"], "root", self.key),
                     create=step("root", "mig-restart", f"{args} {mig_args} {rollout}"),
@@ -183,18 +199,19 @@ class GuestParts(Base):
                 opts=pulumi.ResourceOptions(
                     parent=part,
                     provider=self.cmd,
-                    depends_on=[begin, patch, agent],
+                    depends_on=[drain, patch, agent],
                     replace_with=[boot[1]],
                     custom_timeouts=pulumi.CustomTimeouts(create="3120s", update="3120s"),
+                    aliases=was,
                 ),
             )
-            end = phase("end", [restart], 900)
+            end = phase("end", part, pulumi.ResourceOptions(depends_on=[restart], aliases=was), 900)
             part.register_outputs({"settled": end.stdout})
 
         return [begin], settle
 
     def retirement(self, w: dict[str, Any], vm: proxmoxve.VmLegacy, after: list[pulumi.Resource]) -> None:
-        part = self.part("worker_retirement:WorkerRetirement", f"{w['name']}-retirement")
+        part = self.part("worker_retirement:WorkerRetirement", f"{w['name']}-retirement", depends_on=after)
         node = next(n for n in self.spec["proxmox"]["nodes"] if n["name"] == w["node"])
         guest = f"--node-name {w['name']} --api-endpoint {self.api} --timeout 600 --delete-emptydir-data 1 --force 0"
         drain = f"/home/ubuntu/{AGENT}/drain-{short('drain', 12)}/step.sh"
@@ -216,7 +233,7 @@ class GuestParts(Base):
         part.register_outputs({"ready": drain_step.stdout})
 
     def operator(self, workers: list[dict[str, Any]], patches: list[Any], labels: Part) -> k8s.helm.v3.Release:
-        part = self.part("gpu_operator:GpuOperator", "gpu-operator")
+        part = self.part("gpu_operator:GpuOperator", "gpu-operator", depends_on=patches)
         opts = pulumi.ResourceOptions(parent=part, provider=self.kube)
         ns = k8s.core.v1.Namespace(
             f"{part.prefix}-namespace",

@@ -24,11 +24,19 @@ class ProxmoxParts(Base):
             opts=opts,
         )
         gpus = " ".join(f"--gpu {g['pciPath']}={MODELS[g['model']]['id']}" for g in node["gpus"])
-        args = f"--cpu-vendor {node['cpuVendor']} --boot-loader auto --acs-override 0 --reboot-policy when-idle {gpus}"
+        owner = f"--owner {pulumi.get_stack()}-0123456789"
+        args = f"{owner} --cpu-vendor {node['cpuVendor']} --boot-loader auto --acs-override 0 --reboot-policy when-idle"
         run = command.remote.Command(
             f"{prep.prefix}-prep",
-            command.remote.CommandArgs(connection=conn, create=step("root", "host-prep", args)),
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[agent])),
+            command.remote.CommandArgs(
+                connection=conn,
+                create=step("root", "host-prep", f"{args} {gpus}"),
+                delete=step("root", "host-prep", f"{owner} --release"),
+                add_previous_output_in_env=False,
+            ),
+            opts=pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions(depends_on=[agent], delete_before_replace=True)
+            ),
         )
         wait = command.local.Command(
             f"{prep.prefix}-wait",
@@ -84,7 +92,7 @@ class ProxmoxParts(Base):
         return snippet, image
 
     def pci(self, node: dict[str, Any], devices: list[Any], prep: Part) -> dict[str, proxmoxve.hardware.mapping.Pci]:
-        part = self.part("pci_mapping:GpuPciMappings", f"{node['name']}-pci")
+        part = self.part("pci_mapping:GpuPciMappings", f"{node['name']}-pci", depends_on=[prep] if prep else [])
         out = {}
         for gpu in node["gpus"]:
             device = next(d for d in devices if d.id.startswith(gpu["pciPath"]) and d.class_.startswith("0x03"))
@@ -120,7 +128,7 @@ class ProxmoxParts(Base):
         after: list[pulumi.Resource],
         agent: command.remote.CopyToRemote,
     ) -> tuple[proxmoxve.VmLegacy, pulumi.Output[str]]:
-        part = self.part("worker_vm:GpuWorkerVm", f"{w['name']}")
+        part = self.part("worker_vm:GpuWorkerVm", f"{w['name']}", depends_on=after)
         large_bar = MODELS[model]["large_bar"]
         ignore = ["hostpcis[*].id", "disks[*].fileId", "clone", "initialization.vendorDataFileId"]
         vm = proxmoxve.VmLegacy(

@@ -15,7 +15,7 @@ from proxmox_gpu_cluster.core.spec import ClusterSpec
 from proxmox_gpu_cluster.node_agent import install_agent
 from proxmox_gpu_cluster.outputs import item
 from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles, WorkerBootFilesArgs
-from proxmox_gpu_cluster.proxmox.host_gpu_prep import ProxmoxHostGpuPrep
+from proxmox_gpu_cluster.proxmox.host_gpu_prep import ProxmoxHostGpuPrep, ProxmoxHostGpuPrepArgs
 from proxmox_gpu_cluster.proxmox.pci_mapping import GpuPciMappings, GpuPciMappingsArgs, run_preflight
 from proxmox_gpu_cluster.proxmox.worker_vm import GpuWorkerVm
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
@@ -54,7 +54,6 @@ def build_proxmox(
     snippets, images, host prep's drop-in) belong to.
     """
     preflights: dict[str, NodePreflight] = run_preflight(spec, proxmox, parent=parent)
-    child = pulumi.ResourceOptions(parent=parent)
     vms: dict[str, GpuWorkerVm] = {}
     preps: dict[str, ProxmoxHostGpuPrep] = {}
     host_agents: dict[str, command.remote.CopyToRemote] = {}
@@ -66,12 +65,10 @@ def build_proxmox(
         if node.host_prep:
             prep = preps[node.name] = ProxmoxHostGpuPrep(
                 f"{prefix}-{node.name}-host-prep",
-                node,
-                ssh_user=spec.proxmox.ssh_user,
-                provider=host_command,
-                ssh_private_key=ssh_private_key,
-                owner=scope.token,
-                opts=child,
+                ProxmoxHostGpuPrepArgs(
+                    node=node, owner=scope.token, ssh_user=spec.proxmox.ssh_user, ssh_private_key=ssh_private_key
+                ),
+                pulumi.ResourceOptions(parent=parent, provider=host_command),
             )
         after_prep: list[pulumi.Resource] = [prep] if prep is not None else []
         workers = [w for w in spec.workers if w.node == node.name]

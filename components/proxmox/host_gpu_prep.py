@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import pulumi
 import pulumi_command as command
+from pydantic import Field
 
+from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.spec import ProxmoxNode
-from proxmox_gpu_cluster.node_agent import install_agent
+from proxmox_gpu_cluster.node_agent import caller_dependencies, install_agent
 from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.render.host_scripts import (
+    OWNER,
     REBOOT_REQUIRED,
     REBOOT_SCHEDULED,
     parse_groups,
@@ -18,6 +23,24 @@ from proxmox_gpu_cluster.render.host_scripts import (
 )
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 from proxmox_gpu_cluster.ssh import reboot_wait_args
+
+
+class ProxmoxHostGpuPrepArgs(ComponentArgs):
+    """One Proxmox node's host prep: the node as the spec describes it, whose claim it is, how to reach it."""
+
+    node: ProxmoxNode = Field(
+        description="The Proxmox node as the spec describes it; nothing else feeds host prep, so no change to the "
+        "workers can change (and so re-run or reboot) it."
+    )
+    owner: Annotated[str, Field(pattern=OWNER.pattern)] = Field(
+        description="The stack's or cluster's scope token (``core/names.py`` ``StackScope.token``), whose claim on "
+        "the node this is."
+    )
+    ssh_user: str = Field(description="root, or a user with passwordless sudo.")
+    ssh_private_key: Input[str] | None = Field(
+        description="SSH private key (a secret); None means the ssh-agent (``proxmox.sshAgent``): no step carries "
+        "a key."
+    )
 
 
 class ProxmoxHostGpuPrep(pulumi.ComponentResource):
@@ -56,27 +79,14 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
     agent: command.remote.CopyToRemote
     """The node agent's copy on the node; other steps on the node (large-BAR window, retirement) can wait for it."""
 
-    def __init__(
-        self,
-        name: str,
-        node: ProxmoxNode,
-        *,
-        ssh_user: str,
-        provider: command.Provider,
-        ssh_private_key: pulumi.Input[str] | None,
-        owner: str,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``node``: the Proxmox node as the spec describes it; nothing else feeds host prep, so no change to the
-        workers can change (and so re-run or reboot) it. ``ssh_user``: root, or a user with passwordless sudo.
-        ``ssh_private_key``: None means the ssh-agent (``proxmox.sshAgent``), and no step carries a key.
-        ``owner``: the stack's or cluster's scope token (``core/names.py`` ``StackScope.token``), whose claim on the
-        node this is."""
+    def __init__(self, name: str, args: ProxmoxHostGpuPrepArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """``opts``: the command provider in ``opts.provider`` (every step inherits it); ``opts.depends_on`` reaches
+        the agent copy, and so every step."""
         super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
-        user = ssh_user
-        connection = ssh_connection(node.ssh_address, user, ssh_private_key)
+        node, user, owner = args.node, args.ssh_user, args.owner
+        connection = ssh_connection(node.ssh_address, user, args.ssh_private_key)
         agent = self.agent = install_agent(
-            f"{name}-agent", "host", connection=connection, provider=provider, parent=self
+            f"{name}-agent", "host", connection=connection, parent=self, depends_on=caller_dependencies(opts)
         )
         prep = command.remote.Command(
             f"{name}-prep",
@@ -91,13 +101,13 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
             ),
             # A forced replacement (pulumi up --replace) releases first, so the old claim's release never removes
             # the claim the new create just recorded.
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[agent], delete_before_replace=True),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[agent], delete_before_replace=True),
         )
         wait = command.local.Command(
             f"{name}-wait",
             # Each prep run may have rebooted the node, so waiting (and verifying) runs again after it.
             reboot_wait_args(node.ssh_address, 22, prep.stdout, triggers=[prep.stdout]),
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[prep]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[prep]),
         )
         verify = command.remote.Command(
             f"{name}-verify",
@@ -106,7 +116,7 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
                 create=step_command(user, "host-verify", verify_args(node)),
                 triggers=[prep.stdout],
             ),
-            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[wait]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[wait]),
         )
         self.reboot = prep.stdout.apply(lambda out: REBOOT_SCHEDULED in out)
         self.reboot_required = prep.stdout.apply(lambda out: REBOOT_REQUIRED in out)

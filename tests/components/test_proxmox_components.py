@@ -14,7 +14,7 @@ from proxmox_gpu_cluster.core.spec import ProxmoxNode
 from proxmox_gpu_cluster.core.worker_spec import Image, Worker
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles, WorkerBootFilesArgs
-from proxmox_gpu_cluster.proxmox.host_gpu_prep import ProxmoxHostGpuPrep
+from proxmox_gpu_cluster.proxmox.host_gpu_prep import ProxmoxHostGpuPrep, ProxmoxHostGpuPrepArgs
 from proxmox_gpu_cluster.proxmox.pci_mapping import GpuPciMappings, GpuPciMappingsArgs
 from proxmox_gpu_cluster.proxmox.worker_vm import GpuWorkerVm, WorkerVmArgs
 from proxmox_gpu_cluster.testing import run
@@ -65,9 +65,8 @@ def test_pci_mappings_from_a_preflight() -> None:
 
 def test_host_prep_on_one_node() -> None:
     def program() -> None:
-        ProxmoxHostGpuPrep(
-            "prep", NODE, ssh_user="root", provider=command.Provider("ssh"), ssh_private_key="k", owner="dev-1a2b3c4d"
-        )
+        args = ProxmoxHostGpuPrepArgs(node=NODE, owner="dev-1a2b3c4d", ssh_user="root", ssh_private_key="k")
+        ProxmoxHostGpuPrep("prep", args, ResourceOptions(provider=command.Provider("ssh")))
 
     rec = run(program)
     steps = {r.name for r in rec.of_type("command:remote:Command")}
