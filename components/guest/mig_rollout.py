@@ -138,8 +138,10 @@ class MigSettle(pulumi.ComponentResource):
     """After the node's ``nvidia.com/mig.config`` label patch (pass it in ``opts.depends_on``, with the node's
     ``MigDrain``): with ``vm`` and MIG modes, ``<name>-restart`` runs on the VM's Proxmox node: it asks the guest
     (QEMU guest agent) whether a mode waits for a GPU reset and only then stops and starts the VM (a new QEMU
-    process resets the passed-through GPUs), so a re-run does nothing; then ``<name>-end`` on the node: for a node
-    the drain cordoned, wait (bounded) for the new label and ``nvidia.com/mig.config.state=success``, then uncordon
+    process resets the passed-through GPUs), so a re-run does nothing (in operator driver mode the guest first waits,
+    bounded, for the driver container and mig-manager's report); then ``<name>-end`` on the node: for a node the
+    drain cordoned or the restart step restarted, wait (bounded) for the new label and
+    ``nvidia.com/mig.config.state=success`` (after the restart), then uncordon
     and free the slot; ``failed`` fails the update naming the node, the geometry and mig-manager's logs, and the
     node stays cordoned. mig-manager must see the new label before the VM restarts, or it would put back the old
     mode at its start: hence the label patch in between.
@@ -177,8 +179,9 @@ class MigSettle(pulumi.ComponentResource):
                 if isinstance(vmid, int)
                 else pulumi.Output.all(vmid).apply(lambda v: restart_command(int(v[0])))
             )
-            # Two guest-agent waits, two guest runs, the shutdown (qm's 300 s), and slack.
-            limit = 2 * AGENT_WAIT_SECONDS + 2 * (AGENT_WAIT_SECONDS + 60) + 600
+            # Two guest-agent waits, two guest runs (each up to the longer of the agent's wait and the guest's own
+            # timeout, mig_restart.sh), the shutdown (qm's 300 s), and slack.
+            limit = 2 * AGENT_WAIT_SECONDS + 2 * (max(AGENT_WAIT_SECONDS, args.timeout_seconds) + 60) + 600
             self.restart = command.remote.Command(
                 f"{prefix}-restart",
                 command.remote.CommandArgs(

@@ -208,7 +208,8 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
             f"restart per worker per change, so at most {len(migs)} VM restart(s) when every one changes; then "
             "mig-manager's success, uncordon. A new worker's driver step sets the mode before the join in host driver "
             "mode (a mode left pending costs that worker 1 VM restart before its GPUs are partitioned); in operator "
-            "driver mode a new worker's mode is mig-manager's alone"
+            "driver mode the mig-restart step waits for the operator's driver container and mig-manager's report, "
+            "then restarts a new worker's VM once if its mode is pending"
         )
     host = host_roll(spec)
     if host is not None:

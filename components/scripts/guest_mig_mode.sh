@@ -31,8 +31,9 @@ mig_mode_arg() {
 # driver.root, /run/nvidia/driver); its nvidia-smi runs there with chroot, as the operator's own tools do.
 MIG_DRIVER_ROOT="/run/nvidia/driver"
 
-# mig_driver: an NVIDIA driver runs that nvidia-smi can reach: the host driver's, or the operator's container's (not
-# yet on a first provisioning in operator mode, where mig-manager sets the mode once the container runs).
+# mig_driver: an NVIDIA driver's nvidia-smi is there: the host driver's, or the operator's container's (not yet on a
+# first provisioning in operator mode: the MIG begin step then leaves the mode to the restart step, whose guest side
+# waits for the container, guest_mig.sh mig_driver_wait).
 mig_driver() {
   command -v nvidia-smi >/dev/null || [[ -x "$ROOT$MIG_DRIVER_ROOT/usr/bin/nvidia-smi" ]]
 }
