@@ -6,6 +6,7 @@ release removes one drop-in only. A node an earlier version prepared keeps its f
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -51,6 +52,37 @@ def test_two_owners_in_either_order_both_end_bound(tmp_path: Path) -> None:
         assert host.verify(A10[0], A100[0]).returncode == 0
         ends.append(host.state())
     # Whichever owner ran last, the node ends the same (the union's order is the owners' names, not who ran).
+    assert ends[0] == ends[1]
+
+
+def test_two_clusters_of_one_program_planned_then_host_prepped_in_either_order(tmp_path: Path) -> None:
+    # examples/two-teams: vision passes pve1's A10 through, speech its A100. Each cluster's host prep runs with
+    # exactly the arguments the plan gives it (its own scope token as owner) on a node like pve1.
+    from tests.examples.test_two_teams import planned
+
+    preps = {r.name: r.plain_inputs for r in planned().of_type("command:remote:Command") if r.name.endswith("-prep")}
+    assert len(preps) == 2
+    args = {}
+    for name, inputs in preps.items():
+        words = shlex.split(inputs["create"])
+        args[name] = words[next(i for i, w in enumerate(words) if w.endswith("/step.sh")) + 1 :]
+        assert shlex.split(inputs["delete"])[-3:] == ["--owner", args[name][1], "--release"]
+    assert len({a[1] for a in args.values()}) == 2  # two owners
+    ends = []
+    for order in (sorted(args), sorted(args, reverse=True)):
+        host = FakeHost(tmp_path / order[0])
+        for name in order:
+            r = host.run("host_prep.sh", *args[name])
+            assert r.returncode == 0 and r.stdout.splitlines()[-1] == "reboot: not-needed", r.stdout + r.stderr
+        assert {host.driver_of(f) for f in FUNCTIONS} == {"vfio-pci"} and sorted(vfio_functions(host)) == list(
+            FUNCTIONS
+        )
+        for name in order:
+            r = host.run("host_prep.sh", *args[name])
+            assert (r.stdout, mutating(r.calls)) == ("reboot: not-needed\n", []), r.stdout + r.stderr
+        host.reboot()
+        assert {host.driver_of(f) for f in FUNCTIONS} == {"vfio-pci"}
+        ends.append(host.state())
     assert ends[0] == ends[1]
 
 
