@@ -33,7 +33,7 @@ declaration() {
 # add_claim <file> <owner> <text>: one owner's declaration joins the union; a malformed one fails naming its file,
 # a slot another owner declared with another vendor:device fails naming both.
 add_claim() {
-  local file="${1#"${PGC_ROOT:-}"}" owner="$2" line key value pt="" acs="" gpus=0 slot id
+  local file="${1#"${PGC_ROOT:-}"}" owner="$2" line key value pt="" acs="" count=0 slot id
   local format="lines 'gpu <domain:bus:device>=<vendor:device>', 'iommu-pt 0|1', 'acs-override 0|1' or '# ...'"
   while IFS= read -r line; do
     [[ -n "$line" && "$line" != \#* ]] || continue
@@ -42,7 +42,7 @@ add_claim() {
     gpu)
       [[ "$value" =~ $GPU_RE ]] || fail claims "$format in $file" "'$line'"
       slot="${BASH_REMATCH[1]}" id="${BASH_REMATCH[2]}"
-      gpus=$((gpus + 1))
+      count=$((count + 1))
       if [[ ! -v "slot_id[$slot]" ]]; then
         slot_id[$slot]="$id" slot_owners[$slot]="$owner"
         union_gpus+=("$slot=$id")
@@ -66,7 +66,7 @@ ${slot_owners[$slot]%% *} and $id by owner $owner; remove it from one of them"
   done <<<"$3"
   [[ -n "$pt" && -n "$acs" ]] || fail claims "an iommu-pt and an acs-override line in $file" "${pt:-no iommu-pt} \
 ${acs:-no acs-override}"
-  ((gpus)) || fail claims "at least one gpu line in $file" "none"
+  ((count)) || fail claims "at least one gpu line in $file" "none"
   ((pt == 0)) || any_pt=1
   ((acs == 0)) || any_acs=1
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare a Proxmox VE node for GPU passthrough: the IOMMU (kernel arguments only where the running kernel needs
-# them), vfio-pci for exactly the PCI functions of the GPUs the node declares (by address), the host driver
+# them), vfio-pci for exactly the PCI functions of the GPUs its owners declare (by address), the host driver
 # blacklist only where every card of that driver is passed through.
 # Usage: host_prep.sh --owner <id> --cpu-vendor intel|amd --boot-loader grub|systemd-boot|auto --acs-override 0|1
 #   --reboot-policy when-idle|always|never [--iommu-pt 0|1] --gpu <domain:bus:device>=<vendor:device> [--gpu ...]
@@ -10,13 +10,13 @@
 # may share the node: each run first records its owner's declaration in
 # /etc/proxmox-gpu-cluster/host-prep.d/<id>.conf, then writes every host-wide file from the union of all drop-ins
 # (host_compose.sh): vfio-pci takes every owner's GPUs, a kernel argument any owner wants is added, the blacklist
-# follows the union. A drop-in is data, one item a line ('#' lines are comments; anything else fails naming it):
+# follows the union. A drop-in is data, one item a line (empty and '#' lines are skipped; anything else fails naming it):
 #   gpu <domain:bus:device>=<vendor:device>   one line per GPU, at least one (lower-case hex)
 #   iommu-pt 0|1                             once: whether iommu=pt is wanted
 #   acs-override 0|1                         once: whether pcie_acs_override=downstream,multifunction is wanted
 # The same slot declared by two owners is shared when their vendor:device agree and refused, naming both, when not.
 # CPU vendor, boot loader and reboot policy are this run's (facts and policy of the node, not claims). --release
-# removes the owner's drop-in only (see release_claim).
+# removes the owner's drop-in only (see main).
 # Every path is under $PGC_ROOT (empty on a real host) so tests can run against a fake root.
 #
 # The IOMMU is decided from what runs, never from words on the command line: it is active when
