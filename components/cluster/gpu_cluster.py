@@ -221,8 +221,10 @@ class GpuCluster(pulumi.ComponentResource):
         if op.enabled:
             self.operator = operator = GpuOperator(
                 f"{name}-gpu-operator",
-                GpuOperatorArgs(stack=stack, vgpu_registry_password=secrets.vgpu_registry_password),
-                after(*gpu_stack),
+                GpuOperatorArgs(
+                    stack=stack, release_after=tuple(gpu_stack), vgpu_registry_password=secrets.vgpu_registry_password
+                ),
+                on_k8s,
             )
             gpu_stack.append(operator)
             if op.monitoring.prometheus or op.monitoring.dashboard.enabled:
@@ -254,8 +256,8 @@ class GpuCluster(pulumi.ComponentResource):
             shared = self.operator.namespace if self.operator and op.dra.namespace == op.namespace else None
             DraDriver(
                 f"{name}-dra-driver",
-                DraDriverArgs(dra=op.dra, driver_mode=op.driver_mode, namespace=shared),
-                after(*gpu_stack),
+                DraDriverArgs(dra=op.dra, driver_mode=op.driver_mode, namespace=shared, release_after=tuple(gpu_stack)),
+                on_k8s,
             )
         if spec.kubevirt.enabled:
             warn_experimental(spec)

@@ -23,6 +23,12 @@ class DraDriverArgs(ComponentArgs):
         description="Where the NVIDIA driver is: ``host`` (installed on the nodes) or ``operator`` (the operator's "
         "driver container)."
     )
+    release_after: tuple[pulumi.Resource, ...] = Field(
+        default=(),
+        description="What the Helm release alone waits for (e.g. the GPU Operator: the driver and NFD labels come "
+        "first) while the namespace is created meanwhile. The ordering of one child, which ``opts.depends_on`` "
+        "cannot express: Pulumi registers a component's children only once the component's own dependencies exist.",
+    )
     namespace: Input[Name] | None = Field(
         default=None,
         description="An existing namespace to install into (e.g. the operator's, when it is the same one: two "
@@ -45,8 +51,8 @@ class DraDriver(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: DraDriverArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
-        (e.g. the GPU Operator: the driver and NFD labels come first) reaches the release (the Namespace waits for
-        nothing, so it is there early)."""
+        reaches the release (and, as with any component, delays the registration of every child: what only the
+        release waits for goes in ``args.release_after``)."""
         super().__init__("proxmox-gpu-cluster:dra_driver:DraDriver", name, None, opts)
         dra = args.dra
         namespace: pulumi.Input[str]
@@ -63,7 +69,7 @@ class DraDriver(pulumi.ComponentResource):
             namespace=namespace,
             values=dra_values(args.driver_mode),
             timeout=600,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=caller_dependencies(opts)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*caller_dependencies(opts), *args.release_after]),
         )
         self.namespace = pulumi.Output.from_input(namespace)
         self.release_status = release.status.apply(lambda s: s.status or "")

@@ -23,6 +23,13 @@ class GpuOperatorArgs(ComponentArgs):
         description="The operator settings and the nodes it serves (the object ``GpuNodeLabels`` takes); the "
         "driver branch must support every GPU model of its container nodes."
     )
+    release_after: tuple[pulumi.Resource, ...] = Field(
+        default=(),
+        description="What the Helm release alone waits for (e.g. ``GpuNodeLabels``: the nodes carry their config "
+        "labels before the operator reads them) while the namespace and ConfigMaps are created meanwhile. The "
+        "ordering of one child, which ``opts.depends_on`` cannot express: Pulumi registers a component's children "
+        "only once the component's own dependencies exist.",
+    )
     vgpu_registry_password: Input[str] | None = Field(
         default=None,
         description="Password of the vGPU Manager's registry, required when the stack has one (it becomes the "
@@ -61,15 +68,15 @@ class GpuOperator(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
-        (e.g. ``GpuNodeLabels``: the nodes carry their config labels before the operator reads them) reaches the
-        release (the namespace and ConfigMaps wait for nothing, so they are there early)."""
+        reaches the release (and, as with any component, delays the registration of every child: what only the
+        release waits for goes in ``args.release_after``)."""
         super().__init__("proxmox-gpu-cluster:gpu_operator:GpuOperator", name, None, opts)
         stack, vgpu_registry_password = args.stack, args.vgpu_registry_password
         op = stack.operator
         child = pulumi.ResourceOptions(parent=self)
         # Driver, toolkit and device-plugin pods are privileged host-level daemons.
         ns = privileged_namespace(f"{name}-namespace", op.namespace, child)
-        release_needs: list[pulumi.Resource] = caller_dependencies(opts)
+        release_needs: list[pulumi.Resource] = [*caller_dependencies(opts), *args.release_after]
         manager = stack.vgpu_manager
         if manager is not None and vgpu_registry_password is not None:
             config_json = pulumi.Output.secret(vgpu_registry_password).apply(

@@ -134,3 +134,22 @@ def test_bad_args_are_lines(build: object, lines: list[str]) -> None:
     with pytest.raises(InvalidComponentArgs) as err:
         build()  # type: ignore[operator]
     assert err.value.lines == lines
+
+
+def test_release_after_orders_the_release_alone() -> None:
+    """What only the release waits for: the namespace and ConfigMaps (and the DRA namespace) are created meanwhile,
+    which opts.depends_on (delaying every child's registration) could not say."""
+
+    def program() -> None:
+        opts = k8s()
+        labels = pulumi.CustomResource("test:index:Labels", "labels", {})
+        stack = GpuStack(operator=GpuOperatorSpec(), nodes=(SHARED.resolve(),))
+        GpuOperator("op", GpuOperatorArgs(stack=stack, release_after=(labels,)), opts)
+        DraDriver("dra", DraDriverArgs(driver_mode="host", release_after=(labels,)), opts)
+
+    rec = run(program)
+    labels = rec.named("labels")
+    for name in ("op-release", "dra-release"):
+        assert labels.urn in rec.named(name).dependencies, name
+    for name in ("op-namespace", "op-device-plugin-config", "dra-namespace"):
+        assert not rec.depends_on(rec.named(name), labels), name
