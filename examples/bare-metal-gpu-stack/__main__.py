@@ -19,8 +19,9 @@ k8s = kubernetes.Provider("k8s", kubeconfig=config.require_secret("kubeconfig"))
 # One GpuStack for both components: the time-slicing ConfigMap and the labels that name it are computed once.
 stack = GpuStack(operator=load_model(GpuOperatorSpec, "gpuOperator"), nodes=tuple(load_nodes("gpuNodes")))
 labels = GpuNodeLabels("gpu-nodes", GpuNodeLabelsArgs(stack=stack), pulumi.ResourceOptions(provider=k8s))
+# The release waits for the labels; the namespace and ConfigMaps are created meanwhile.
 operator = GpuOperator(
-    "gpu-operator", GpuOperatorArgs(stack=stack), pulumi.ResourceOptions(provider=k8s, depends_on=[labels])
+    "gpu-operator", GpuOperatorArgs(stack=stack, release_after=(labels,)), pulumi.ResourceOptions(provider=k8s)
 )
 # Judged against what the nodes advertise: a quota on a resource no node has is refused.
 quotas = GpuQuotasArgs(quotas=(load_model(Quota, "quota"),), capacity=tuple(stack.capacity()))
