@@ -233,7 +233,7 @@ class GuestParts(Base):
         part.register_outputs({"ready": drain_step.stdout})
 
     def operator(self, workers: list[dict[str, Any]], patches: list[Any], labels: Part) -> k8s.helm.v3.Release:
-        part = self.part("gpu_operator:GpuOperator", "gpu-operator", depends_on=patches)
+        part = self.part("gpu_operator:GpuOperator", "gpu-operator")  # the release alone waits (release_after)
         opts = pulumi.ResourceOptions(parent=part, provider=self.kube)
         ns = k8s.core.v1.Namespace(
             f"{part.prefix}-namespace",
