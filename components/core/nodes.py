@@ -194,6 +194,11 @@ def _shape_problems(node: GpuNode) -> list[Problem]:
                 Problem(f"gpus[{i}].model", f"expected a catalog entry (catalog.CATALOG[key]; known: {known}), "
                         f"got {gpu.model!r:.40}")
             )  # fmt: skip
+        elif type(gpu.index) is not int or gpu.index != i:
+            # mig-parted addresses a node's GPUs by this index: it is the GPU's position, as the node enumerates them.
+            out.append(
+                Problem(f"gpus[{i}].index", f"expected {i} (the GPU's position on the node), got {gpu.index!r:.20}")
+            )
         elif gpu.mig_config is not None and not isinstance(gpu.mig_config, str | dict):
             out.append(Problem(f"gpus[{i}].mig_config", "expected a MIG config name or a {profile: count} geometry"))
     return out

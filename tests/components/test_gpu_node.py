@@ -77,11 +77,13 @@ A10 = NodeGpu(0, CATALOG["A10"], None)
         # The rules an ExistingGpuNode gets hold for a GpuNode built by hand.
         ((hand_built("bm-4", NodeGpu(0, CATALOG["A10"], "all-1g.5gb"), sharing="mig"),
           hand_built("bm-5", A10, sharing="time-slicing"),
-          hand_built("Bad_Name", A10, workload="vm-vgpu")), GpuOperatorSpec(),
+          hand_built("Bad_Name", A10, workload="vm-vgpu"),
+          hand_built("bm-7", A10, A10)), GpuOperatorSpec(),
          ["GpuStack.nodes[0].gpus[0].mig_config: bm-4: A10 does not support MIG",
           "GpuStack.nodes[1].time_slicing: bm-5: sharing time-slicing needs timeSlicing.replicas",
           "GpuStack.nodes[2].name: Bad_Name: expected a Kubernetes node name (a lower-case DNS "
-          "label), got 'Bad_Name'"]),
+          "label), got 'Bad_Name'",
+          "GpuStack.nodes[3].gpus[1].index: bm-7: expected 1 (the GPU's position on the node), got 0"]),
         # The driver branch against the GPU models of the nodes.
         ((ExistingGpuNode(name="bm-6", gpus={"H200": 1}).resolve(),), GpuOperatorSpec(driver_branch="535"),
          ["GpuStack.operator.driver_branch: branch 535 does not support H200 (nodes[0] bm-6); it "
