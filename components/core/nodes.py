@@ -182,6 +182,13 @@ def _shape_problems(node: GpuNode) -> list[Problem]:
         out.append(Problem("time_slicing", f"expected a TimeSlicing, got {type(node.time_slicing).__name__}"))
     if node.vgpu_type is not None and not (isinstance(node.vgpu_type, str) and re.fullmatch(VGPU_TYPE, node.vgpu_type)):
         out.append(Problem("vgpu_type", f"expected a vGPU type like A10-24Q, got {node.vgpu_type!r:.40}"))
+    out += [
+        Problem(flag, "expected True or False") for flag in ("dra", "taint") if type(getattr(node, flag)) is not bool
+    ]
+    if not isinstance(node.proxmox_node, str):
+        out.append(
+            Problem("proxmox_node", f"expected a Proxmox node name or '', got {type(node.proxmox_node).__name__}")
+        )
     if not isinstance(node.gpus, tuple) or not node.gpus:
         out.append(Problem("gpus", "expected a non-empty tuple of NodeGpu"))
         return out
@@ -199,6 +206,13 @@ def _shape_problems(node: GpuNode) -> list[Problem]:
             out.append(
                 Problem(f"gpus[{i}].index", f"expected {i} (the GPU's position on the node), got {gpu.index!r:.20}")
             )
-        elif gpu.mig_config is not None and not isinstance(gpu.mig_config, str | dict):
+        elif gpu.mig_config is not None and not _mig_config_shape(gpu.mig_config):
             out.append(Problem(f"gpus[{i}].mig_config", "expected a MIG config name or a {profile: count} geometry"))
     return out
+
+
+def _mig_config_shape(config: object) -> bool:
+    """A config name, or a geometry of profile names and whole counts (not booleans)."""
+    if isinstance(config, str):
+        return True
+    return isinstance(config, dict) and all(isinstance(k, str) and type(v) is int for k, v in config.items())

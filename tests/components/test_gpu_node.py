@@ -84,6 +84,11 @@ A10 = NodeGpu(0, CATALOG["A10"], None)
           "GpuStack.nodes[2].name: Bad_Name: expected a Kubernetes node name (a lower-case DNS "
           "label), got 'Bad_Name'",
           "GpuStack.nodes[3].gpus[1].index: bm-7: expected 1 (the GPU's position on the node), got 0"]),
+        # Values of the wrong type, where pydantic would have refused them in an ExistingGpuNode.
+        ((hand_built("bm-8", NodeGpu(0, CATALOG["A30"], {"1g.6gb": True}), sharing="mig", taint=1),),
+         GpuOperatorSpec(),
+         ["GpuStack.nodes[0].gpus[0].mig_config: bm-8: expected a MIG config name or a {profile: count} geometry",
+          "GpuStack.nodes[0].taint: bm-8: expected True or False"]),
         # The driver branch against the GPU models of the nodes.
         ((ExistingGpuNode(name="bm-6", gpus={"H200": 1}).resolve(),), GpuOperatorSpec(driver_branch="535"),
          ["GpuStack.operator.driver_branch: branch 535 does not support H200 (nodes[0] bm-6); it "
