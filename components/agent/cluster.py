@@ -41,6 +41,7 @@ NOT_JOINED = 3
 STATE = "nvidia.com/mig.config.state"  # mig-manager's report: pending, rebooting, success or failed
 RESTARTED = "proxmox-gpu-cluster.io/mig-restart"  # mig-manager's state when the VM restarted for a MIG mode
 REPORTED = "reported"  # RESTARTED once mig-manager reported after the restart (no state of mig-manager's)
+SUCCESS_GRACE = 60  # how long an earlier label's success waits for mig-manager to begin a run for this one
 _TIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # MicroTime, as the API server writes it
 
 
@@ -288,8 +289,12 @@ def restarting(rollout: Rollout, state: str, wanted: str, timeout: int) -> None:
     no report in time it restarts anyway (the reset is what applies the mode) and records what it saw."""
     waited = 0
     while state not in ("failed", "rebooting") and not (state == "success" and wanted == "all-disabled"):
-        if waited >= timeout:
-            say(f"mig: {rollout.node}: no report from mig-manager for {wanted} within {timeout}s (state "
+        # A run begun or to begin (no state yet) reports within the budget; an earlier label's success stays when
+        # no run comes (a mode change under an unchanged label: mig-manager acts on label changes only), so it gets
+        # a minute for mig-manager to begin.
+        limit = min(timeout, SUCCESS_GRACE) if state == "success" else timeout
+        if waited >= limit:
+            say(f"mig: {rollout.node}: no report from mig-manager for {wanted} within {limit}s (state "
                 f"{state or 'none'}); restarting: mig-manager runs for the label again at the VM's start")  # fmt: skip
             break
         rollout.sleep(rollout.poll)

@@ -237,3 +237,27 @@ def test_in_operator_mode_the_driver_containers_nvidia_smi_is_used_and_the_resta
     done = restart(host)
     assert done.returncode == 1 and restarts(host) == 1 and "not restarted" not in done.stdout
     assert f"mig: NVIDIA driver on {NODE}: expected the GPU Operator's driver container answering" in done.stderr
+
+
+def test_a_mode_change_under_an_unchanged_label_waits_a_minute_for_mig_manager_then_restarts(
+    guest: FakeGuest, host: FakeRoot, cluster: FakeCluster
+) -> None:
+    cluster.set_labels(NODE, **{"nvidia.com/mig.config": NEW})  # the geometry stays; GPU 0's mode changes
+    begin = phase(guest, "begin")
+    assert begin.returncode == 0 and f"(MIG mode for {NEW})" in begin.stdout, begin.stderr
+    # No label change: mig-manager starts no run, and its success is an earlier one's. The restart step's guest
+    # side gives it a minute (not its whole 300 s) to begin one, then restarts.
+    guest_args = mig_args(B, "restart", NEW, 300, "gpu-operator")
+    done = host.run_bundle(
+        "mig-restart", *mig_restart_args(VMID, NODE, 30, installed_step("ubuntu", "mig"), guest_args)
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"mig: {NODE}: no report from mig-manager for {NEW} within 60s (state success); restarting" in done.stdout
+    assert restarts(host) == 1 and cluster.state()["annotations"][NODE][RESTARTED] == "success"
+    # After the boot mig-manager runs for the label (pending: the GPUs' instances are gone after the reset), then
+    # reports success: the end step takes that one.
+    cluster.set_labels(NODE, **{"nvidia.com/mig.config.state": "pending"})
+    assert phase(guest, "end", timeout=1).returncode == 1
+    assert mig_manager(cluster, guest, NODE) == "success"
+    end = phase(guest, "end")
+    assert end.returncode == 0 and cluster.state()["cordoned"] == [], end.stderr
