@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import pulumi
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
-from proxmox_gpu_cluster.core.errors import problems_from_validation_error
+from proxmox_gpu_cluster.core.errors import Problem, problems_from_validation_error
+from proxmox_gpu_cluster.core.spec_base import field_path
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 
 __all__ = ["ComponentArgs", "Input"]
@@ -57,8 +58,13 @@ class ComponentArgs(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as err:
-            # One RunError with every problem, without the chained pydantic traceback.
-            raise InvalidComponentArgs(type(self).__name__, problems_from_validation_error(err, python=True)) from None
+            # One RunError with every problem, without the chained pydantic traceback; paths in field names, spec
+            # models inside included (pydantic reports their fields by their stack-file keys).
+            model = type(self)
+            problems = [
+                Problem(field_path(model, p.path), p.message) for p in problems_from_validation_error(err, python=True)
+            ]
+            raise InvalidComponentArgs(model.__name__, problems) from None
 
     # Marked as pydantic marks BaseModel.__init__: with a custom __init__ pydantic would validate a nested args
     # model given as a dict by calling it (its ``custom_init``), so the nested model would raise its own error at
