@@ -52,6 +52,8 @@ from proxmox_gpu_cluster.core.worker_spec import GpuAssignment, Image, Network, 
 from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoringArgs
 from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabelsArgs
 from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotasArgs
+from proxmox_gpu_cluster.guest.capacity_gate import GateTarget, NodeCapacityGatesArgs
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrapArgs
 from proxmox_gpu_cluster.proxmox.worker_vm import WorkerVmArgs
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 
@@ -59,14 +61,17 @@ GPUS = (GpuAssignment(ref="a10-0"), GpuAssignment(ref="a10-1"))
 """
 BAD_IMPORTS = """\
 from proxmox_gpu_cluster.cluster.gpu_cluster import GpuClusterArgs
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode
 from proxmox_gpu_cluster.core.spec import HostGpu, KubeVirtSpec, ProxmoxNode
 from proxmox_gpu_cluster.core.worker_spec import GpuAssignment, TimeSlicing, Worker
 from proxmox_gpu_cluster.gpu.gpu_quota import GpuQuotasArgs
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrapArgs
 from proxmox_gpu_cluster.proxmox.worker_vm import WorkerVmArgs
 
 GPUS = (GpuAssignment(ref="a10-0"),)
 W = Worker(name="w", vmid=201, node="pve2", gpus=GPUS)
+B = GuestBootstrapSpec.model_validate({})
 """
 
 GOOD = (
@@ -149,6 +154,10 @@ cluster_args = GpuClusterArgs(spec=spec, secrets=secrets, stack_scoped_names=Tru
 labels_args = GpuNodeLabelsArgs(stack=stack, node_ready={"bm-1": []})
 quota_args = GpuQuotasArgs(quotas=spec.quotas, capacity=tuple(stack.capacity()), priority_classes=("gpu-high",))
 monitoring_args = GpuMonitoringArgs(operator_namespace=pulumi.Output.from_input("gpu-operator"), nodes=stack.nodes)
+guest_args = GuestBootstrapArgs(bootstrap=bootstrap, host=pulumi.Output.from_input("10.0.0.21"), user="ubuntu",
+                                ssh_private_key=SECRET, join_token=SECRET, ca_cert_hash="sha256:00")
+gate = GateTarget(resources={"nvidia.com/gpu": 2}, host="10.0.0.21", user="ubuntu", replace_with=())
+gates_args = NodeCapacityGatesArgs(targets={"bm-1": gate}, ssh_private_key=None, timeout_seconds=300)
 """
 ).replace("KEY", '"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBxYhxkAFq8yGtzKQpNLT3ZN0r6Jw1c0Kf3z8lL0Q1u1 ops@example"')
 
@@ -167,6 +176,8 @@ WorkerVmArgs(worker=W, gpu_models=("A10",), ssh_public_keys=("k",), node_ssh_adr
 WorkerVmArgs(worker=W, gpu_models=("A10",), ssh_public_keys="k")  # error: a string, not a tuple of keys
 GpuClusterArgs(stack_scoped_name=True)  # error: a misspelt field (and no spec nor secrets)
 GpuQuotasArgs(quotas=(), capacity=(), priority_class=("x",))  # error: a misspelt field
+GuestBootstrapArgs(bootstrap=B, host="h", user="u", ssh_private_key=None, join_tokn="t")  # error: misspelt
+GuestBootstrapArgs(bootstrap=B, host=22, user="u", ssh_private_key=None)  # error: an address is a str input
 Worker(name="w", vmid=201, node="pve2", gpus=GPUS, memory_mib=65536, disk_gib=200)  # fine: the field names
 """
 )
