@@ -57,13 +57,15 @@ def plan_inputs(stack: str, secrets: Mapping[str, str] | None, agent: bool | Non
 
     original: Callable[..., tuple[dict[str, Any], list[str]]] = cli.stack_config
 
-    def with_secrets(document: Mapping[str, Any], project: str = cli.PROJECT) -> tuple[dict[str, Any], list[str]]:
-        config, keys = original(document, project)
+    def with_secrets(
+        document: Mapping[str, Any], project: str = cli.PROJECT, clusters: Any = (), **options: Any
+    ) -> tuple[dict[str, Any], list[str], list[str]]:
+        config, keys, assumed = original(document, project, clusters, **options)
         for full in keys:
             value = (secrets or {}).get(full.split(":", 1)[1])
             if value is not None:
                 config[full] = value
-        return config, keys
+        return config, keys, assumed
 
     cli.stack_config = with_secrets  # type: ignore[assignment]
     try:
