@@ -34,9 +34,7 @@ def test_encrypted_values_get_placeholders_and_unset_secrets_are_not_invented() 
 def test_placeholders_for_unset_secrets_only_where_asked_and_only_what_the_spec_needs() -> None:
     spec = load_spec(base_spec())  # token auth, kubeadm join, an SSH key
     document = {"config": {f"{NS}:kubeconfig": {"secure": "v1:abc"}, f"{NS}:cluster": base_spec()}}
-    config, secret_keys, assumed = stack_config(
-        document, NS, [PlannedCluster(NS, spec)], placeholder_secrets=True
-    )
+    config, secret_keys, assumed = stack_config(document, NS, [PlannedCluster(NS, spec)], placeholder_secrets=True)
     expected = {f"{NS}:{k}" for k in ("proxmoxApiToken", "sshPrivateKey", "kubeadmJoinToken", "kubeadmCaCertHash")}
     assert set(assumed) == expected  # not the kubeconfig (set), not the password or vGPU one (not needed)
     assert set(secret_keys) == expected | {f"{NS}:kubeconfig"}
