@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxmox_gpu_cluster.stacks.plan import find_program, plan
+from proxmox_gpu_cluster.stacks.plan import plan
+from proxmox_gpu_cluster.stacks.plan_inputs import find_program
 from proxmox_gpu_cluster.testing import RecordedResource, Recording
 from tests.support import ROOT
 
