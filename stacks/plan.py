@@ -111,8 +111,8 @@ REBOOTS = {
     "-bootstrap-driver": "the guest, when a driver, kernel argument or vfio change needs it (rolled when joined)",
     "-large-bar": "starts the new VM with its MMIO window; restarts one only if the window was lost",
     "-mig-restart": "the worker's VM (qm shutdown, qm start), only when its guest reports a GPU's MIG mode pending a "
-    "reset (after the label change: inside the node's rollout slot on a joined node; on a first provisioning in "
-    "operator driver mode once the driver container and mig-manager ran)",
+    "reset (after the label change and once the node holds a rollout slot, cordoned and drained, first "
+    "provisioning in operator driver mode included, where it waits for the driver container and mig-manager)",
 }
 
 

@@ -226,9 +226,10 @@ class Rollout:
 
 def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str, *, mode_change: bool = False) -> None:
     """MIG begin: drain through a slot when the node's nvidia.com/mig.config label holds another geometry, or the same
-    one while a GPU's MIG mode must change (``mode_change``). Restart (before the Proxmox-side VM restart): wait
-    for mig-manager's report, record it as stale (RESTARTED). End: for a node begin cordoned or restarted, wait
-    (bounded) for the wanted geometry and mig-manager's success after the restart, then uncordon."""
+    one while a GPU's MIG mode must change (``mode_change``). Restart (before the Proxmox-side VM restart): hold
+    the node (slot, cordon, drain), wait for mig-manager's report, record it as stale (RESTARTED). End: for a node
+    cordoned or restarted, wait (bounded) for the wanted geometry and mig-manager's success after the restart, then
+    uncordon."""
     node = rollout.node_object()
     labels = metadata(node, "labels")
     if phase == "begin":
@@ -239,13 +240,13 @@ def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str,
             say(f"mig: {rollout.node}: {current or 'no geometry yet'} -> {wanted}: nothing to drain")
         return
     if phase == "restart":
-        return restarting(rollout, labels.get(STATE, ""), wanted, timeout)
+        return restarting(rollout, wanted, timeout)
     stale = metadata(node).get(RESTARTED)
     if not metadata(node).get(ANNOTATION) and stale is None:
         say(f"mig: {rollout.node} was not cordoned for a MIG change; nothing to wait for")
         return rollout.end()  # gives back a slot a killed end left held
-    # Cordoned by begin, or restarted by the restart step (a first provisioning: never cordoned; the wait tells
-    # mig-manager's report from after the restart).
+    # Cordoned by begin or by the restart step (a first provisioning too), or restarted by the latter (the wait
+    # tells mig-manager's report from after the restart).
     rollout.resume()
     what, waited = ("mig", STATE, f"success for {wanted} on {rollout.node}"), 0
     while True:
@@ -273,9 +274,14 @@ def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str,
     rollout.end()
 
 
-def restarting(rollout: Rollout, state: str, wanted: str, timeout: int) -> None:
+def restarting(rollout: Rollout, wanted: str, timeout: int) -> None:
     """Before the VM restart that applies a pending MIG mode (the guest found a GPU whose mode is not current):
-    wait (bounded) for mig-manager's report for the current label, then record it as stale (RESTARTED), so the end
+    hold the node for the change, whatever begin did (begin drains nothing on a first provisioning, nor when the
+    mode could not be read then: the operator's driver container down): a rollout slot (maxUnavailable counts
+    machines out, so one with no workload takes it too), the cordon, the drain (Evictions, bounded; a drained node's
+    is a listing). No slot or no drain in time fails the step before anything restarts; the node then keeps what
+    it holds (guest_rollout.sh cleanup) and the end step, after the restart, uncordons it and frees the slot.
+    Then wait (bounded) for mig-manager's report for the current label, and record it as stale (RESTARTED), so the end
     step waits for its next one: mig-manager runs its reconfigure for the node's label at every start (its
     informer's AddFunc, NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go), so after the boot it reports again.
 
@@ -287,7 +293,8 @@ def restarting(rollout: Rollout, state: str, wanted: str, timeout: int) -> None:
     success stays valid, as mig-manager finds nothing to change after the restart and reports no new state).
     Waiting keeps a report that lands during the shutdown from being taken, after the boot, as the new one. With
     no report in time it restarts anyway (the reset is what applies the mode) and records what it saw."""
-    waited = 0
+    rollout.begin(f"MIG mode for {wanted}: VM restart")  # a slot held already is renewed, never a second one
+    state, waited = metadata(rollout.node_object(), "labels").get(STATE, ""), 0
     while state not in ("failed", "rebooting") and not (state == "success" and wanted == "all-disabled"):
         # A run begun or to begin (no state yet) reports within the budget; an earlier label's success stays when
         # no run comes (a mode change under an unchanged label: mig-manager acts on label changes only), so it gets

@@ -180,8 +180,10 @@ class MigSettle(pulumi.ComponentResource):
                 else pulumi.Output.all(vmid).apply(lambda v: restart_command(int(v[0])))
             )
             # Two guest-agent waits, two guest runs (each up to the longer of the agent's wait and the guest's own
-            # timeout, mig_restart.sh), the shutdown (qm's 300 s), and slack.
-            limit = 2 * AGENT_WAIT_SECONDS + 2 * (max(AGENT_WAIT_SECONDS, args.timeout_seconds) + 60) + 600
+            # timeout, mig_restart.sh; the first also holds the node: slot wait and drain), the shutdown (qm's
+            # 300 s), and slack.
+            hold = b.rollout.wait_seconds + b.rollout.drain_timeout_seconds if b.rollout else 0
+            limit = 2 * AGENT_WAIT_SECONDS + 2 * (max(AGENT_WAIT_SECONDS, args.timeout_seconds) + 60) + hold + 600
             self.restart = command.remote.Command(
                 f"{prefix}-restart",
                 command.remote.CommandArgs(

@@ -12,13 +12,16 @@
 #            mig-restart line, from NVML now. In operator driver mode it (and end) first waits (bounded by
 #            --timeout, shared with what follows) for the driver container to answer: on a first provisioning the
 #            operator is installed after the node's labels, and after every VM start the container loads the
-#            driver again. When a restart is needed, the agent waits (same budget) for mig-manager's report for
-#            the current label (failed or rebooting; a mode not yet current rules out a success for it), then
+#            driver again. When a restart is needed, the agent first holds the node, whatever begin did (begin
+#            drains nothing on a first provisioning, nor when the driver container was down then): a rollout slot
+#            (bounded wait; a node with no workload takes one too), the cordon and the drain (bounded); no slot or
+#            no drain in time fails the step and nothing restarts. Then it waits (same budget) for mig-manager's
+#            report for the current label (failed or rebooting; a mode not yet current rules out a success for it), then
 #            records that state as stale in the node's annotation proxmox-gpu-cluster.io/mig-restart, so the end
 #            step waits for its report after the restart. Without a report in time it restarts anyway: the reset
 #            is what applies the mode, and mig-manager runs for the label again at its start.
-#   end:     the GPUs run the wanted MIG mode (else fail: the restart did not apply it); for a node begin cordoned,
-#            or one the restart step restarted (its annotation; a first provisioning is never cordoned): wait
+#   end:     the GPUs run the wanted MIG mode (else fail: the restart did not apply it); for a node begin or the
+#            restart step cordoned, or one the restart step restarted (its annotation): wait
 #            (bounded) until the label holds the wanted geometry and mig-manager reports
 #            nvidia.com/mig.config.state=success, then uncordon and give the slot back; "failed" fails, naming the
 #            node, the geometry and where to look; the node then stays cordoned and keeps its slot

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Restart a MIG worker's VM from Proxmox when its GPUs' new MIG mode waits for a GPU reset. Runs on the VM's Proxmox
 # node as root, after the node's nvidia.com/mig.config label changed, inside the node's rollout slot (the guest's
-# MIG begin step drained it and set the mode). Sent after host_lib.sh.
+# MIG begin step drained it and set the mode; where begin held nothing, a first provisioning or a mode it could not
+# read, the guest side takes the slot, cordons and drains before it answers "needed"). Sent after host_lib.sh.
 #
 # Why from Proxmox: MIG mode takes effect only at a GPU reset (NVIDIA MIG User Guide); in a passthrough VM the guest
 # often cannot reset the GPU, and NVML reports the mode pending (mig.mode.pending != mig.mode.current). A reboot
@@ -89,13 +90,21 @@ main() {
     fail "--guest-step" "the absolute path of the guest's installed MIG step" "'$guest_step'"
   [[ "$(id -u)" == 0 ]] || fail "user" "root (qm is root-only)" "$(id -un)"
   # How long one run of the guest's step may take: its own --timeout bounds its waits (for the operator's driver
-  # container and mig-manager's report), the agent's wait bounds the rest; 60 s for the rest of it.
-  local i guest_timeout=0
+  # container and mig-manager's report), the agent's wait bounds the rest; before a restart it also holds the node
+  # (a rollout slot, waited for up to --rollout-wait-seconds, and the drain, up to --rollout-drain-timeout; given
+  # only when not at their defaults, guest_rollout.sh's); 60 s for the rest of it.
+  local i guest_timeout=0 slot_wait=21600 drain_timeout=600
   for ((i = 0; i + 1 < ${#guest_args[@]}; i++)); do
-    [[ "${guest_args[i]}" != --timeout ]] || guest_timeout="${guest_args[i + 1]}"
+    case "${guest_args[i]}" in
+    --timeout) guest_timeout="${guest_args[i + 1]}" ;;
+    --rollout-wait-seconds) slot_wait="${guest_args[i + 1]}" ;;
+    --rollout-drain-timeout) drain_timeout="${guest_args[i + 1]}" ;;
+    esac
   done
   [[ "$guest_timeout" =~ ^[0-9]{1,5}$ ]] || fail "guest arguments" "--timeout SECONDS" "'$guest_timeout'"
-  run_for=$(((guest_timeout > timeout ? guest_timeout : timeout) + 60))
+  [[ "$slot_wait" =~ ^[0-9]{1,6}$ && "$drain_timeout" =~ ^[0-9]{1,6}$ ]] ||
+    fail "guest arguments" "--rollout-wait-seconds and --rollout-drain-timeout SECONDS" "'$slot_wait' '$drain_timeout'"
+  run_for=$(((guest_timeout > timeout ? guest_timeout : timeout) + slot_wait + drain_timeout + 60))
   host_lock "mig-restart VM $vmid" # not while host prep or a large-BAR step changes this node or VM
   local marker="$STATE/mig-restart-$vmid" was="" status key
   # The marker counts for this change only (a marker a killed run left for another MIG mode means nothing now).

@@ -10,7 +10,7 @@ VM is restarted from Proxmox; mig-manager reports failed while it cannot reset t
   ``fake-mig`` ("<index> <current> <pending>" lines); a guest reboot (``FakeGuest.reboot``) does not touch it.
 - ``operator_driver(guest)``: the same nvidia-smi, only inside the operator's driver root (``chroot``).
 - ``install_vm(host, guest)``: ``qm`` on the Proxmox node for the guest's VM: ``status``, ``guest cmd ping``,
-  ``guest exec`` (as fakekube's ``install_qm``; ``exec_fault`` injects faults into the guest's commands there), ``shutdown`` (--forceStop) and ``start``. A start after a stop is a
+  ``guest exec`` (as fakekube's ``install_qm``; ``exec_fault`` injects faults into the guest's commands there), ``shutdown`` (--forceStop; ``shutdowns``: what the node ran then) and ``start``. A start after a stop is a
   new QEMU process: vfio resets the GPUs, so each pending mode becomes current (unless ``fake-no-reset`` exists on
   the host: a GPU the reset does not reach), and the guest boots (a new boot id). ``restarts(host)`` counts them;
   ``api_down_after_boot`` makes the API server unreachable from the guest until the host's next ``sleep``.
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any
 
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakeguest_tools import STUBS
@@ -78,6 +79,7 @@ _QM = (
     _API
     + r"""
 import json, os, shutil, subprocess, sys
+ROLLOUT = "proxmox-gpu-cluster.io/rollout"
 host, guest, guest_path = sys.argv[1], sys.argv[2], sys.argv[3]
 args = sys.argv[4:]
 status_file = os.path.join(host, "fake-vm-status")
@@ -85,6 +87,16 @@ status = open(status_file).read().strip()
 if args[:1] == ["status"]:
     sys.exit(print(f"status: {status}") or 0)
 if args[:1] == ["shutdown"]:
+    seen = os.path.join(host, "fake-kube")
+    if os.path.exists(seen):  # what the node ran as its VM stopped (rule 2: never with workloads, unheld)
+        api, node = open(seen).read().split()
+        with open(api) as f:
+            fcntl.flock(f, fcntl.LOCK_SH)
+            state = json.load(f)
+        pods = [p["name"] for p in state["pods"] if p["node"] == node and p.get("owner") != "DaemonSet"]
+        held = node in state["cordoned"] and bool(state["annotations"].get(node, {}).get(ROLLOUT))
+        with open(os.path.join(host, "fake-shutdowns"), "a") as f:
+            f.write(json.dumps({"pods": pods, "held": held}) + "\n")
     open(status_file, "w").write("stopped\n")
     sys.exit(0)
 if args[:1] == ["start"]:
@@ -259,9 +271,14 @@ def exec_fault(guest: FakeRoot, at: int | None, mode: str = "fail") -> None:
         guest.write("fake-exec-fault", f"{at} {mode}")
 
 
-def install_vm(host: FakeRoot, guest: FakeRoot, status: str = "running") -> None:
-    """``qm`` on ``host`` for the one VM that runs ``guest``, as root."""
+def install_vm(
+    host: FakeRoot, guest: FakeRoot, status: str = "running", *, cluster: FakeCluster | None = None, node: str = ""
+) -> None:
+    """``qm`` on ``host`` for the one VM that runs ``guest``, as root. With ``cluster`` and ``node``, each
+    ``qm shutdown`` records what the node ran then (``shutdowns``)."""
     (host.bin / "qm.py").write_text(_QM)
+    if cluster is not None:
+        host.write("fake-kube", f"{cluster.path} {node}")
     host.write("fake-vm-status", status + "\n")
     guest_path = f"{guest.bin}:/usr/bin:/bin"
     host.stub_script("qm", f'python3 "{host.bin}/qm.py" "{host.root}" "{guest.root}" "{guest_path}" "$@"')
@@ -275,6 +292,13 @@ def api_down_after_boot(host: FakeRoot, cluster: FakeCluster) -> None:
     host.write("fake-boot-api-down", str(cluster.path))
     (host.bin / "api.py").write_text(_API + f"\nset_api_down({str(cluster.path)!r}, False)\n")
     host.stub_script("sleep", f'python3 "{host.bin}/api.py"')
+
+
+def shutdowns(host: FakeRoot) -> list[dict[str, Any]]:
+    """Per ``qm shutdown`` (``install_vm`` with a cluster): the node's pods other than DaemonSets' then, and whether
+    it was held (cordoned and marked with a rollout slot)."""
+    seen = host.root / "fake-shutdowns"
+    return [json.loads(line) for line in seen.read_text().splitlines()] if seen.exists() else []
 
 
 def restarts(host: FakeRoot) -> int:

@@ -3,7 +3,9 @@ mig-restart step and the guest's MIG end step, each failed or killed (SIGKILL of
 command it runs, then the chain run again as the next ``pulumi up`` would (a step that passed is not run again; the
 failed step and those after it are). mig-manager reacts to the label patch and to every VM start. Asserted: the end
 state equals an uninterrupted run's (one VM restart, the mode applied, the node uncordoned, its slot free, no
-leftover annotation or marker), and a third run of every step changes nothing and restarts nothing."""
+leftover annotation or marker, the VM never stopped while the node ran a workload or held no rollout slot: the
+restart step's guest side holds the node again, whatever begin left), and a third run of every step changes nothing
+and restarts nothing."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from proxmox_gpu_cluster.render.guest_scripts import driver_args, mig_args
 from proxmox_gpu_cluster.render.host_scripts import mig_restart_args
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import FakeCluster, Pod, kubelet_conf
-from tests.components.scripts.fakemig import install_mig, install_vm, mig_manager, mig_state, restarts
+from tests.components.scripts.fakemig import install_mig, install_vm, mig_manager, mig_state, restarts, shutdowns
 from tests.components.scripts.fakeroot import FAULT_MODES, FakeRoot, Result
 from tests.components.scripts.test_mig_mode import KUBECONFIG, NEW, NODE, OLD, VMID, B
 from tests.components.scripts.test_rollout import held
@@ -44,7 +46,7 @@ class Chain:
         install_mig(self.guest, {0: "Disabled"})
         self.guest.install_bundle("mig")
         self.host = FakeRoot(root / "host")
-        install_vm(self.host, self.guest)
+        install_vm(self.host, self.guest, cluster=self.cluster, node=NODE)
 
     def run(self, step: str, timeout: int = 1) -> Result:
         """One step as Pulumi runs it, with what happens around it: the label patch (and mig-manager's run) once
@@ -75,6 +77,8 @@ class Chain:
             "cordoned": state["cordoned"], "held": held(self.cluster), "labels": state["labels"][NODE],
             "annotations": state["annotations"].get(NODE, {}), "mig": mig_state(self.guest),
             "restarts": restarts(self.host), "vm": self.host.read("fake-vm-status").strip(), "marker": marker.exists(),
+            "pods": sorted(p["name"] for p in state["pods"]),
+            "unheld stops": [s for s in shutdowns(self.host) if s != {"pods": [], "held": True}],
         }  # fmt: skip
 
 
@@ -106,6 +110,7 @@ def uninterrupted(root: Path) -> dict[str, Any]:
 def test_every_fault_in_a_mig_mode_step_converges(tmp_path: Path, step: str) -> None:
     want = uninterrupted(tmp_path / "clean")
     assert want["restarts"] == 1 and want["cordoned"] == [] and want["mig"] == {0: ("Enabled", "Enabled")}
+    assert want["pods"] == [] and want["unheld stops"] == []  # the VM stopped drained, inside the node's slot
     index = STEPS.index(step)
     points = converged = 0
     bad: list[str] = []

@@ -17,7 +17,7 @@ from proxmox_gpu_cluster.render.agent_bundle import installed_step
 from proxmox_gpu_cluster.render.guest_scripts import mig_args
 from proxmox_gpu_cluster.render.host_scripts import mig_restart_args
 from tests.components.scripts.fakeguest import FakeGuest
-from tests.components.scripts.fakekube import FakeCluster, kubelet_conf
+from tests.components.scripts.fakekube import FakeCluster, Pod, kubelet_conf
 from tests.components.scripts.fakemig import (
     driver_answers,
     install_mig,
@@ -26,6 +26,7 @@ from tests.components.scripts.fakemig import (
     mig_state,
     operator_world,
     restarts,
+    shutdowns,
     tick,
 )
 from tests.components.scripts.fakeroot import FakeRoot, Result
@@ -42,11 +43,16 @@ TIMEOUT = 60  # the guest steps' budget: 12 polls of 5 s (ticks)
 
 class Chain:
     """A new worker in operator driver mode, joined, its Node without a MIG label yet (the operator is not
-    installed); one Proxmox node runs its VM."""
+    installed), a workload pod landed since the join beside a DaemonSet's; one Proxmox node runs its VM.
+    ``joined``: a worker running the label already, its driver container down (restarting) as the change begins,
+    so begin cannot read the mode and holds nothing."""
 
-    def __init__(self, root: Path, mode: str = "Disabled", **world: int) -> None:
+    def __init__(self, root: Path, mode: str = "Disabled", *, joined: bool = False, **world: int) -> None:
         root.mkdir(parents=True)
-        self.cluster = FakeCluster(root / "api.json", KUBECONFIG, nodes=[NODE])
+        pods = [Pod("ml", "landed", NODE), Pod("gpu-operator", "dp", NODE, "DaemonSet")]
+        self.cluster = FakeCluster(root / "api.json", KUBECONFIG, nodes=[NODE], pods=pods)
+        if joined:
+            self.cluster.labels = {NODE: {"nvidia.com/mig.config": NEW, STATE: "success"}}
         self.cluster.save()
         self.guest = FakeGuest(root / "guest")
         self.cluster.install(self.guest)
@@ -55,7 +61,7 @@ class Chain:
         operator_world(self.guest, self.cluster, NODE, **world)
         self.guest.install_bundle("mig")
         self.host = FakeRoot(root / "host")
-        install_vm(self.host, self.guest)
+        install_vm(self.host, self.guest, cluster=self.cluster, node=NODE)
 
     def run(self, step: str, timeout: int = TIMEOUT) -> Result:
         """One step as Pulumi runs it; once begin passed, the label patch (mig-manager reacts in its own time)."""
@@ -75,6 +81,8 @@ class Chain:
             "cordoned": state["cordoned"], "held": held(self.cluster), "labels": state["labels"].get(NODE, {}),
             "annotations": state["annotations"].get(NODE, {}), "mig": mig_state(self.guest),
             "restarts": restarts(self.host), "vm": self.host.read("fake-vm-status").strip(), "marker": marker.exists(),
+            "pods": sorted(p["name"] for p in state["pods"]),
+            "unheld stops": [s for s in shutdowns(self.host) if s != {"pods": [], "held": True}],
         }  # fmt: skip
 
     def third(self) -> list[str]:
@@ -88,6 +96,7 @@ class Chain:
 WANT = {
     "cordoned": [], "held": {}, "labels": {"nvidia.com/mig.config": NEW, STATE: "success"}, "annotations": {},
     "mig": {0: ("Enabled", "Enabled"), 1: ("[N/A]", "[N/A]")}, "restarts": 1, "vm": "running", "marker": False,
+    "pods": ["dp"], "unheld stops": [],
 }  # fmt: skip
 
 
@@ -171,6 +180,7 @@ def test_a_driver_container_that_never_answers_fails_the_restart_step_in_one_lin
 
 def test_no_report_from_mig_manager_in_time_restarts_anyway(tmp_path: Path) -> None:
     chain = Chain(tmp_path / "c", manager_after=10)  # 3 + 10 ticks: more than the 12 the restart step may wait
+    chain.cluster.change(lambda state: state.update(pods=[]))  # no pod to evict: the drain's polls take no ticks
     assert chain.run("begin").returncode == 0
     restart = chain.run("restart")
     assert restart.returncode == 0, restart.stderr
@@ -178,5 +188,5 @@ def test_no_report_from_mig_manager_in_time_restarts_anyway(tmp_path: Path) -> N
     assert mig_reports(chain.cluster) == [] and chain.cluster.state()["annotations"][NODE][RESTARTED] == "none"
     end = chain.run("end")
     assert end.returncode == 0, end.stderr
-    assert mig_reports(chain.cluster) == [f"{NEW}=success"] and chain.end_state() == WANT
+    assert mig_reports(chain.cluster) == [f"{NEW}=success"] and chain.end_state() == {**WANT, "pods": []}
     assert chain.third() == []

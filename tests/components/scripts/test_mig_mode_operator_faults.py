@@ -4,8 +4,10 @@ step it runs through ``qm guest exec``) and the guest's MIG end step, each faile
 group) at every stubbed command it runs, then the chain run again as the next ``pulumi up`` would (a step that
 passed is not run again; the failed step and those after it are). The operator's driver container and mig-manager
 live on in the guest's time meanwhile. Asserted: the end state equals an uninterrupted run's (one VM restart, the
-mode applied, mig-manager's success, the node schedulable, no annotation or marker left), and a third run of every
-step changes nothing and restarts nothing."""
+mode applied, mig-manager's success, the node schedulable, no annotation or marker left, the workload pod evicted
+and the VM never stopped while the node ran it or held no rollout slot), and a third run of every step changes
+nothing and restarts nothing. Also for a joined worker keeping its label whose driver container is down as the
+change begins (its restart step holds the node)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from tests.components.scripts.test_mig_mode_operator import STEPS, WANT, Chain
 from tests.support import external
 
 SIDES = [("begin", "guest"), ("restart", "host"), ("restart", "guest-exec"), ("end", "guest")]
+# first: a first provisioning with a workload pod landed since the join; joined: a worker keeping its label whose
+# driver container is down as the change begins. In both the restart step holds the node (slot, cordon, drain).
+CASES = [(case, step, side) for case in ("first", "joined") for step, side in SIDES]
 
 
 @pytest.fixture(autouse=True)
@@ -47,9 +52,10 @@ def converge(chain: Chain, start: int) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("step", "side"), SIDES, ids=[f"{s}-{side}" for s, side in SIDES])
-def test_every_fault_on_the_first_provisioning_path_converges(tmp_path: Path, step: str, side: str) -> None:
-    clean = Chain(tmp_path / "clean")
+@pytest.mark.parametrize(("case", "step", "side"), CASES, ids=[f"{c}-{s}-{side}" for c, s, side in CASES])
+def test_every_fault_on_the_operator_mode_path_converges(tmp_path: Path, case: str, step: str, side: str) -> None:
+    joined = case == "joined"
+    clean = Chain(tmp_path / "clean", joined=joined)
     assert converge(clean, 0) == [] and clean.end_state() == WANT
     index = STEPS.index(step)
     points = converged = 0
@@ -58,7 +64,7 @@ def test_every_fault_on_the_first_provisioning_path_converges(tmp_path: Path, st
         n = 0
         while True:
             n += 1
-            chain = Chain(tmp_path / f"{mode}-{n}")
+            chain = Chain(tmp_path / f"{mode}-{n}", joined=joined)
             assert all(chain.run(s).returncode == 0 for s in STEPS[:index])
             machine = inject(chain, step, side, n, mode)
             chain.run(step)
@@ -73,6 +79,6 @@ def test_every_fault_on_the_first_provisioning_path_converges(tmp_path: Path, st
                 bad.append(f"{mode} at {n} ({hit}): {failures or third or chain.end_state()}")
             else:
                 converged += 1
-    report = f"{step} ({side}): {converged}/{points} injection points converged"
+    report = f"{case} {step} ({side}): {converged}/{points} injection points converged"
     print(report)
     assert points > 0 and not bad, report + "\n" + "\n".join(bad)
