@@ -19,13 +19,22 @@ from proxmox_gpu_cluster.render.guest_scripts import driver_args, mig_args
 from proxmox_gpu_cluster.render.host_scripts import mig_restart_args
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import FakeCluster, Pod, kubelet_conf
-from tests.components.scripts.fakemig import install_mig, install_vm, mig_manager, mig_state, restarts, shutdowns
+from tests.components.scripts.fakemig import (
+    exec_fault,
+    install_mig,
+    install_vm,
+    mig_manager,
+    mig_state,
+    restarts,
+    shutdowns,
+)
 from tests.components.scripts.fakeroot import FAULT_MODES, FakeRoot, Result
 from tests.components.scripts.test_mig_mode import KUBECONFIG, NEW, NODE, OLD, VMID, B
 from tests.components.scripts.test_rollout import held
 from tests.support import external
 
 STEPS = ("begin", "restart", "end")
+SIDES = [("begin", "guest"), ("restart", "host"), ("restart", "guest-exec"), ("end", "guest")]
 MUTATING = (" -mig ", "kubectl cordon", "kubectl uncordon", "kubectl annotate", "kubectl create", "kubectl replace",
             "qm shutdown", "qm start")  # fmt: skip
 
@@ -65,7 +74,10 @@ class Chain:
             mig_manager(self.cluster, self.guest, NODE)
         return result
 
-    def fault(self, step: str, at: int | None, mode: str = "fail") -> FakeRoot:
+    def fault(self, step: str, at: int | None, mode: str = "fail", side: str = "") -> FakeRoot:
+        if side == "guest-exec":  # the restart step's guest side (it holds the node), run through qm guest exec
+            exec_fault(self.guest, at, mode)
+            return self.guest
         machine = self.host if step == "restart" else self.guest
         machine.fault(at, mode)
         return machine
@@ -106,8 +118,8 @@ def uninterrupted(root: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", STEPS)
-def test_every_fault_in_a_mig_mode_step_converges(tmp_path: Path, step: str) -> None:
+@pytest.mark.parametrize(("step", "side"), SIDES, ids=[f"{s}-{side}" for s, side in SIDES])
+def test_every_fault_in_a_mig_mode_step_converges(tmp_path: Path, step: str, side: str) -> None:
     want = uninterrupted(tmp_path / "clean")
     assert want["restarts"] == 1 and want["cordoned"] == [] and want["mig"] == {0: ("Enabled", "Enabled")}
     assert want["pods"] == [] and want["unheld stops"] == []  # the VM stopped drained, inside the node's slot
@@ -120,10 +132,10 @@ def test_every_fault_in_a_mig_mode_step_converges(tmp_path: Path, step: str) -> 
             n += 1
             chain = Chain(tmp_path / f"{mode}-{n}")
             assert all(chain.run(s).returncode == 0 for s in STEPS[:index])
-            machine = chain.fault(step, n, mode)
+            machine = chain.fault(step, n, mode, side)
             chain.run(step)
             hit = machine.fault_hit()
-            machine.fault(None)
+            chain.fault(step, None, mode, side)
             if hit is None:
                 break
             points += 1
@@ -134,7 +146,7 @@ def test_every_fault_in_a_mig_mode_step_converges(tmp_path: Path, step: str) -> 
                 bad.append(f"{mode} at {n} ({hit}): {failures or changed or chain.end_state()}")
             else:
                 converged += 1
-    report = f"{step}: {converged}/{points} injection points converged"
+    report = f"{step} ({side}): {converged}/{points} injection points converged"
     print(report)
     assert points > 0 and not bad, report + "\n" + "\n".join(bad)
 
