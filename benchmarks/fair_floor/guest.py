@@ -201,7 +201,9 @@ class GuestParts(Base):
                     provider=self.cmd,
                     depends_on=[drain, patch, agent],
                     replace_with=[boot[1]],
-                    custom_timeouts=pulumi.CustomTimeouts(create="3120s", update="3120s"),
+                    # Two agent waits, two guest runs, the shutdown and slack (3120 s), and the hold before a
+                    # restart: the default slot wait and drain (21600 + 600 s).
+                    custom_timeouts=pulumi.CustomTimeouts(create="25320s", update="25320s"),
                     aliases=was,
                 ),
             )
