@@ -138,12 +138,14 @@ class MigSettle(pulumi.ComponentResource):
     """After the node's ``nvidia.com/mig.config`` label patch (pass it in ``opts.depends_on``, with the node's
     ``MigDrain``): with ``vm`` and MIG modes, ``<name>-restart`` runs on the VM's Proxmox node: it asks the guest
     (QEMU guest agent) whether a mode waits for a GPU reset and only then stops and starts the VM (a new QEMU
-    process resets the passed-through GPUs), so a re-run does nothing (in operator driver mode the guest first waits,
-    bounded, for the driver container and mig-manager's report); then ``<name>-end`` on the node: for a node the
-    drain cordoned or the restart step restarted, wait (bounded) for the new label and
-    ``nvidia.com/mig.config.state=success`` (after the restart), then uncordon
-    and free the slot; ``failed`` fails the update naming the node, the geometry and mig-manager's logs, and the
-    node stays cordoned. mig-manager must see the new label before the VM restarts, or it would put back the old
+    process resets the passed-through GPUs), so a re-run does nothing. Before a restart the guest holds the node:
+    unless the drain already did, it takes a rollout slot, cordons and drains it (no slot or no drain in time fails
+    the step and restarts nothing), so a VM with workloads is never stopped outside a slot; in operator driver mode it
+    also waits, bounded, for the driver container and mig-manager's report. Then ``<name>-end`` on the node: for a
+    node the drain or the restart step cordoned, wait (bounded) for the new label and
+    ``nvidia.com/mig.config.state=success`` (after the restart), then uncordon and free the slot; ``failed`` fails
+    the update naming the node, the geometry and mig-manager's logs, and the node stays cordoned.
+    mig-manager must see the new label before the VM restarts, or it would put back the old
     mode at its start: hence the label patch in between.
 
     Its steps keep the URNs they had under the former two-phase component (``MigRollout``, named as the node's
