@@ -133,14 +133,31 @@ def _tab_at(text: str, line: int, column: int) -> bool:
 
 def _check_budget(text: str, origin: str) -> None:
     """Stream the parser events and stop at the first breach of the depth, alias or expanded-size budget."""
-    depth = nodes = aliases = 0
-    expanded: dict[str, int] = {}  # anchor -> values its node expands to
-    open_nodes: list[tuple[str | None, int]] = []  # (anchor, value count at its start) of open collections
 
     def fail(event: Any, what: str) -> StackYamlError:
         return StackYamlError(f"{origin}:{event.start_mark.line + 1}: {what}")
 
-    for event in yaml.parse(text, Loader=_Loader):
+    try:
+        _walk_budget(yaml.parse(text, Loader=_Loader), fail)
+    except yaml.MarkedYAMLError as err:
+        # The libyaml bundled with PyYAML 6.0.4 refuses more than 1000 nested flow levels in its scanner ("while
+        # increasing flow level ... exceeded maximum nesting depth"; measured: 1000 parse, 1001 fail). The scanner reads
+        # up to 1024 characters ahead for a possible simple key, so "[[[[..." fails there before this walk sees level
+        # MAX_DEPTH + 1: the same refusal, so it gets the same words whichever PyYAML is installed.
+        if "nesting depth" not in (err.problem or "") or err.problem_mark is None:
+            raise
+        line = err.problem_mark.line + 1
+        raise StackYamlError(
+            f"{origin}:{line}: nested more than {MAX_DEPTH} levels deep; refusing to read further"
+        ) from None
+
+
+def _walk_budget(events: Any, fail: Any) -> None:
+    """Count depth, aliases and expanded values over the parser events; ``fail`` builds the error to raise."""
+    depth = nodes = aliases = 0
+    expanded: dict[str, int] = {}  # anchor -> values its node expands to
+    open_nodes: list[tuple[str | None, int]] = []  # (anchor, value count at its start) of open collections
+    for event in events:
         if isinstance(event, AliasEvent):
             aliases += 1
             if any(anchor == event.anchor for anchor, _ in open_nodes):

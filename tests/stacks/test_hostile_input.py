@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from proxmox_gpu_cluster.core.input_safety import MAX_DEPTH
+from proxmox_gpu_cluster.stacks import stack_yaml
 from proxmox_gpu_cluster.stacks.plan import main
 from proxmox_gpu_cluster.stacks.proxmox_access import main as access_main
 from proxmox_gpu_cluster.stacks.stack_yaml import MAX_BYTES
@@ -85,6 +86,22 @@ def test_deeply_nested_junk_anywhere_is_refused(tmp_path: Path, where: str, junk
     assert code == 2
     assert len(lines) == 1
     assert re.fullmatch(rf"{re.escape(path)}:\d+: nested more than {MAX_DEPTH} levels deep; .*", lines[0]), lines
+
+
+@pytest.mark.parametrize("loader", ["CSafeLoader", "SafeLoader"])
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 1001, 5000])
+def test_depth_refusal_reads_the_same_whichever_yaml_scanner_refuses_first(
+    monkeypatch: pytest.MonkeyPatch, loader: str, levels: int
+) -> None:
+    """libyaml (PyYAML >= 6.0.4) refuses a 1001st flow level in its scanner, which looks up to 1024 characters ahead,
+    before the budget walk counts level MAX_DEPTH + 1; the user sees one refusal either way."""
+    if not hasattr(yaml, loader):
+        pytest.skip(f"this PyYAML has no {loader} (built without libyaml)")
+    monkeypatch.setattr(stack_yaml, "_Loader", getattr(yaml, loader))
+    text = "x: 1\ny: " + "[" * levels + "]" * levels + "\n"
+    with pytest.raises(stack_yaml.StackYamlError) as err:
+        stack_yaml.load_stack_yaml(text, "f.yaml")
+    assert str(err.value) == f"f.yaml:2: nested more than {MAX_DEPTH} levels deep; refusing to read further"
 
 
 def test_non_utf8_bytes_name_the_line(tmp_path: Path) -> None:
