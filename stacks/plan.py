@@ -45,9 +45,10 @@ from proxmox_gpu_cluster.render.agent_bundle import agent_lines, agent_summary
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
 from proxmox_gpu_cluster.stacks.cli_checks import OneLineParser, check_plan_arguments, printable
 from proxmox_gpu_cluster.stacks.config import PROJECT, InvalidStackConfig
-from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff, diff_document, render_diff
+from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff
 from proxmox_gpu_cluster.stacks.plan_files import example_manifests, tree_order, write_inputs
 from proxmox_gpu_cluster.stacks.plan_inputs import InputError, find_program, read_inputs, stack_file_at
+from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff
 from proxmox_gpu_cluster.stacks.plan_specs import Specs, cluster_specs, clusters_of, spec_namespaces, stack_config
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMocks, redact, run
 from proxmox_gpu_cluster.testing_pci import pci_invokes
