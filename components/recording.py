@@ -3,6 +3,9 @@ options and inputs, and the queries tests and the offline plan ask of them (``te
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,9 +38,24 @@ def _walk(value: Any, secret: Callable[[Mapping[str, Any]], Any]) -> Any:
     return value
 
 
-def redact(value: Any) -> Any:
-    """A copy of ``value`` with every secret replaced by ``"[secret]"`` and unknowns by ``"[unknown]"``."""
-    return _walk(value, lambda _: REDACTED)
+def redact(value: Any, key: bytes | None = None) -> Any:
+    """A copy of ``value`` with every secret replaced by ``"[secret]"`` and unknowns by ``"[unknown]"``.
+
+    With ``key`` (a plan diff's random key, never stored or printed), a secret becomes ``"[secret:<hex>]"``: a
+    truncated HMAC-SHA256 of its value under ``key``, so two plans of one diff tell a changed secret from an
+    unchanged one, while nobody without the key can test a guess against it (a plain hash of a short token could
+    be). A secret holding an unknown stays ``"[secret]"``: its value is not known, so neither is whether it changed."""
+    if key is None:
+        return _walk(value, lambda _: REDACTED)
+    return _walk(value, lambda envelope: _fingerprint(envelope, key))
+
+
+def _fingerprint(envelope: Mapping[str, Any], key: bytes) -> str:
+    plain = unwrap(envelope["value"])
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), default=str)
+    if '"[unknown]"' in text or plain == "[unknown]":
+        return REDACTED
+    return f"[secret:{hmac.new(key, text.encode(), hashlib.sha256).hexdigest()[:16]}]"
 
 
 def unwrap(value: Any) -> Any:

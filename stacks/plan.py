@@ -18,6 +18,11 @@ disruption come from them. Secrets as ``pulumi preview`` has them (``stacks/plan
     python -m proxmox_gpu_cluster.plan prod --diff-base origin/main # what the stack file's edits would do
     python -m proxmox_gpu_cluster.plan prod --diff-config new.yaml --markdown  # ... as a pull-request comment
 
+Secrets in ``--json``: ``[secret]``; with the environment variable ``PGC_SECRET_DIGEST_KEY`` set (hex, at least 16
+bytes, e.g. ``openssl rand -hex 32``), ``[secret:<hex>]``, a truncated HMAC-SHA256 of the value under that key, so two
+plans made with the same key (a diff's base revision planned in another process) show whether a secret changed, and
+nothing else. Use a fresh random key per diff and never store it; a diff made in one process uses its own.
+
 Exit codes: 0 planned, 2 invalid spec, config or program input (one line per problem on stderr: a missing secret,
 a component's bad args), 1 anything else.
 """
@@ -54,8 +59,9 @@ from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMo
 from proxmox_gpu_cluster.testing_pci import pci_invokes
 
 
-def resource_entry(r: RecordedResource) -> dict[str, Any]:
-    """A resource as it appears in ``--json``: secrets redacted."""
+def resource_entry(r: RecordedResource, secret_key: bytes | None = None) -> dict[str, Any]:
+    """A resource as it appears in ``--json``: secrets redacted (with ``secret_key``: as keyed fingerprints, so a
+    diff can tell which changed; ``recording.redact``)."""
     entry: dict[str, Any] = {
         "type": r.type,
         "name": r.name,
@@ -63,7 +69,7 @@ def resource_entry(r: RecordedResource) -> dict[str, Any]:
         "parent": r.parent or None,
         "provider": r.provider or None,
         "dependencies": sorted(r.dependencies),
-        "inputs": redact(r.inputs),
+        "inputs": redact(r.inputs, secret_key),
     }
     options = {
         "protect": r.protect,
@@ -84,13 +90,17 @@ def plan_document(
     capacity: Sequence[WorkerCapacity],
     spec: Specs = None,
     project: str = PROJECT,
+    *,
+    secret_key: bytes | None = None,
 ) -> dict[str, Any]:
     """The whole plan as plain data (what ``--json`` prints); with ``spec``, also what it may disrupt (per
-    namespace when the program has several clusters)."""
+    namespace when the program has several clusters). With ``secret_key`` (one random key shared by the two plans
+    of a diff, never stored or printed) each secret input is ``[secret:<hex>]``, a keyed fingerprint, instead of
+    ``[secret]``; outputs stay ``[secret]``."""
     document: dict[str, Any] = {
         "project": project,
         "stack": stack,
-        "resources": [resource_entry(r) for _, r in tree_order(recording)],
+        "resources": [resource_entry(r, secret_key) for _, r in tree_order(recording)],
         "outputs": redact(recording.outputs),
         "capacity": [asdict(row) for row in capacity],
         "warnings": [message for level, message in recording.logs if level == "warning"],

@@ -111,7 +111,8 @@ def test_replacement_follows_force_new_inputs_triggers_and_replace_with() -> Non
     after["resources"][2]["inputs"]["triggers"] = ["b"]
     after["resources"].pop()
     changes = {c.name: c for c in diff(before, after)}
-    assert changes["vm"] == Change("vm", "proxmoxve:index/vmLegacy:VmLegacy", "vm", "replace", ("vmId",))
+    vm = changes["vm"]
+    assert (vm.action, vm.paths, vm.values, vm.replace_reasons) == ("replace", ("vmId",), ("vmId: 1 → 2",), ("vmId",))
     assert changes["step"].action == "replace"  # its VM is replaced, so it runs again on the new one
     assert changes["wait"].action == "replace" and changes["gone"].action == "remove"
     assert diff_document(list(changes.values()))["summary"]["vmsReplacedOrDestroyed"] == ["vm"]
