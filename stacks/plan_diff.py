@@ -13,6 +13,7 @@ What the changes disrupt and how they are shown: ``plan_report.py``.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxmox_gpu_cluster.render.agent_bundle import STEP_PATH
-from proxmox_gpu_cluster.stacks.plan_values import MISSING, reason_note, secret_line, value_lines
+from proxmox_gpu_cluster.stacks.plan_values import MISSING, escaped, reason_note, secret_line, value_lines
 
 # Input paths (Pulumi property-path syntax) whose change makes the provider replace the resource. Sources read:
 # - bpg/terraform-provider-proxmox v0.111.1 (what pulumi-proxmoxve bridges): proxmoxtf/resource/vm/vm.go (VM:
@@ -141,11 +142,20 @@ def changed_values(
         yield parts, before, after
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
 def path_text(parts: Sequence[Part]) -> str:
-    """``a.b[2].c`` (``(all)`` for the whole value)."""
+    """``a.b[2].c`` as Pulumi writes property paths (``(all)`` for the whole value); a key that is not a plain name
+    is quoted, ``metadata.labels["nvidia.com/gpu.present"]``, so no dot in a key reads as a level."""
     text = ""
     for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif _PLAIN_KEY.fullmatch(part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{escaped(json.dumps(part, ensure_ascii=False))}]"
     return text or "(all)"
 
 
@@ -171,7 +181,7 @@ def property_path(pattern: str) -> tuple[Part | None, ...]:
         if index:
             parts.append(None if index == "*" else int(index))
         else:
-            parts.append(quoted or plain)
+            parts.append(json.loads(f'"{quoted}"') if quoted else plain)
     return tuple(parts)
 
 
@@ -230,7 +240,10 @@ def _protection(change: Change, before: Mapping[str, bool], after: Mapping[str, 
     if not protected:
         return change
     command = f"pulumi state unprotect {shlex.quote(change.urn)}"
-    why = f"will fail: protected (unprotect first: {command}, or drop protect in the same change)"
+    if change.action == "remove":  # the state's flag decides; the program no longer has the resource to unflag
+        why = f"will fail: protected (run first: {command}; or deploy protect off before removing it)"
+    else:
+        why = f"will fail: protected (run first: {command}; or turn protect off in the same change)"
     return replace(change, protected=True, unprotect=command, fails=(*change.fails, why))
 
 

@@ -85,7 +85,7 @@ def _lines(value: Any) -> list[str]:
     if value is MISSING:
         return []
     if isinstance(value, str):  # only "\n" breaks a line: any other separator is shown escaped
-        return value.split("\n")
+        return value.removesuffix("\n").split("\n")
     return json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, default=str).splitlines()
 
 
@@ -115,7 +115,10 @@ def value_lines(path: str, old: Any, new: Any) -> list[str]:
         return [secret]
     if not (_long(old) or _long(new)):
         return [f"{path}: {show(old)} → {show(new)}"]
-    diff = list(difflib.unified_diff(_lines(old), _lines(new), lineterm="", n=1))[2:]  # no ---/+++ header
+    before, after = _lines(old), _lines(new)
+    diff = list(difflib.unified_diff(before, after, lineterm="", n=1))[2:]  # no ---/+++ header
+    if len(before) <= 1 and len(after) <= 1:
+        diff = diff[1:]  # one line each: the @@ hunk header says nothing
     shown = [f"  {escaped(line)}" for line in diff[:DIFF_LINES]]
     cut = len(diff) - len(shown)
     return [f"{path}:", *shown, *([f"  … {cut} more diff lines cut"] if cut else [])]
