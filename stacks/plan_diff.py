@@ -37,8 +37,9 @@ from proxmox_gpu_cluster.stacks.plan_values import MISSING, escaped, reason_note
 #   provider.go Diff (metadata.name and .namespace for every kind; a *Patch resource only those);
 #   helm_release.go (a Release: name and namespace).
 # - pulumi/pulumi-command v1.2.1: provider/pkg/provider/common/inputs.go, remote/copy.go (``triggers`` carries
-#   provider:"replaceOnChanges"; a changed create, update or delete command is an update: Update runs ``update`` or
-#   ``create`` again).
+#   provider:"replaceOnChanges", published as "replaceOnChanges": true in provider/cmd/pulumi-resource-command/
+#   schema.json for every Command and CopyToRemote); a changed create, update or delete command is an update
+#   (Update runs ``update``, else ``create``, again; a new ``delete`` is only stored for later).
 _VM = ("amdSev", "clone", "initialization.userDataFileId", "initialization.vendorDataFileId",
        "initialization.networkDataFileId", "initialization.metaDataFileId", "initialization.type",
        "disks[*].fileId", "efiDisk.type", "tpmState.version", "vmId", "nodeName")  # fmt: skip

@@ -77,6 +77,8 @@ def show(value: Any) -> str:
     """One value on one line: JSON scalars, a mapping or list as compact JSON, escaped, cut after ``INLINE``."""
     if value is MISSING:
         return "(none)"
+    if value == "[unknown]":  # an output of another resource the mock engine cannot know (pulumi preview: output<…>)
+        return "(known after apply)"
     text = escaped(json.dumps(value, sort_keys=True, separators=(", ", ": "), ensure_ascii=False, default=str))
     return text if len(text) <= INLINE else f"{text[:INLINE]}… ({len(text) - INLINE} more chars)"
 

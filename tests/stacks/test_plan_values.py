@@ -20,6 +20,7 @@ from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff
 from proxmox_gpu_cluster.stacks.plan_values import (
     DIFF_LINES,
     INLINE,
+    MISSING,
     SECRET_KEY_ENV,
     digest_key_from_env,
     new_digest_key,
@@ -55,6 +56,7 @@ def test_scalars_and_small_structures_are_shown_inline_old_to_new() -> None:
     assert value_lines("cores", 8, 16.0) == ["cores: 8 → 16.0"]
     assert value_lines("tags", ["a"], ["a", "b"]) == ['tags: ["a"] → ["a", "b"]']
     assert value_lines("labels", {"b": 1, "a": 2}, None) == ['labels: {"a": 2, "b": 1} → null']
+    assert value_lines("environment.X", MISSING, "[unknown]") == ["environment.X: (none) → (known after apply)"]
 
 
 def test_control_and_bidi_characters_are_escaped_never_emitted() -> None:
