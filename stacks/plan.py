@@ -29,6 +29,7 @@ a component's bad args), 1 anything else.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -50,11 +51,20 @@ from proxmox_gpu_cluster.render.agent_bundle import agent_lines, agent_summary
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
 from proxmox_gpu_cluster.stacks.cli_checks import OneLineParser, check_plan_arguments, printable
 from proxmox_gpu_cluster.stacks.config import PROJECT, InvalidStackConfig
+from proxmox_gpu_cluster.stacks.plan_compare import diff_sides
 from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff
 from proxmox_gpu_cluster.stacks.plan_files import example_manifests, tree_order, write_inputs
-from proxmox_gpu_cluster.stacks.plan_inputs import InputError, find_program, read_inputs, stack_file_at
+from proxmox_gpu_cluster.stacks.plan_inputs import InputError, Program, find_program, read_inputs
 from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff
-from proxmox_gpu_cluster.stacks.plan_specs import Specs, cluster_specs, clusters_of, spec_namespaces, stack_config
+from proxmox_gpu_cluster.stacks.plan_specs import (
+    PlannedCluster,
+    Specs,
+    cluster_specs,
+    clusters_of,
+    spec_namespaces,
+    stack_config,
+)
+from proxmox_gpu_cluster.stacks.plan_values import digest_key_from_env, new_digest_key
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMocks, redact, run
 from proxmox_gpu_cluster.testing_pci import pci_invokes
 
@@ -244,6 +254,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.enable()
 
 
+def _env_key() -> bytes | None:
+    """The secret-fingerprint key ``--json`` was given in ``PGC_SECRET_DIGEST_KEY`` (a diff's base revision is
+    planned that way, plan_compare.py), or None; InputError when it is no key."""
+    try:
+        return digest_key_from_env()
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
+def _planned(args: Any, program: Program, pci: Mapping[str, list[dict[str, Any]]], key: bytes,
+             document: Mapping[str, Any]) -> tuple[dict[str, Any], list[PlannedCluster]]:  # fmt: skip
+    """The other side of a diff planned here, with the diff's secret key: its plan document and specs."""
+    specs = cluster_specs(document, args.namespace or spec_namespaces(document, program.project))
+    given = {"project": program.project, "placeholder_secrets": args.placeholder_secrets}
+    recording, capacity = plan(args.stack, document, program.main, pci, **given, spec=specs)
+    return plan_document(args.stack, recording, capacity, specs, program.project, secret_key=key), specs
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser = OneLineParser(prog="python -m proxmox_gpu_cluster.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", help="stack name; reads Pulumi.<stack>.yaml unless --config is given")
@@ -313,9 +341,11 @@ def _main(argv: Sequence[str] | None) -> int:
         given = {"project": program.project, "placeholder_secrets": args.placeholder_secrets}
         recording, capacity = plan(args.stack, document, program.main, pci, **given, spec=specs)
         if args.diff_config or args.diff_base:
-            other = read_inputs(args.diff_config, [])[0] if args.diff_config else stack_file_at(args.diff_base, path)
-            other_specs = cluster_specs(other, namespaces)
-            other_plan = plan(args.stack, other, program.main, pci, **given, spec=other_specs)
+            key = new_digest_key()  # one per diff, for both sides' secrets; forgotten after
+            now = plan_document(args.stack, recording, capacity, specs, program.project, secret_key=key)
+            other = functools.partial(_planned, args, program, pci, key)
+            before, after, after_specs = diff_sides(args, program, path, now, specs, planned=other, key=key)
+        env_key = _env_key() if args.json else None
     except (InputError, InvalidStackConfig, IommuPreflightError) as err:
         print(printable(err.lines), file=sys.stderr)
         return 2
@@ -327,10 +357,6 @@ def _main(argv: Sequence[str] | None) -> int:
     if assumed:
         print(f"placeholders for secrets the stack file does not set: {', '.join(assumed)}", file=sys.stderr)
     if args.diff_config or args.diff_base:
-        docs = [plan_document(args.stack, *plan_, s, program.project) for plan_, s in
-                (((recording, capacity), specs), (other_plan, other_specs))]  # fmt: skip
-        before, after = docs if args.diff_config else docs[::-1]
-        after_specs = other_specs if args.diff_config else specs
         slots = min((c.spec.kubernetes.drain.max_unavailable for c in after_specs), default=1)
         changes, prefix = diff(before, after), cluster_prefix(after)
         if args.json:
@@ -341,7 +367,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.json:
         # Input key order comes from the mock engine's async serialization and differs between runs; sorting
         # makes the plan byte-identical across processes, so CI can diff it.
-        document = plan_document(args.stack, recording, capacity, specs, program.project)
+        document = plan_document(args.stack, recording, capacity, specs, program.project, secret_key=env_key)
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
         print(render_text(args.stack, recording, capacity, specs), end="")
