@@ -360,9 +360,10 @@ def _main(argv: Sequence[str] | None) -> int:
         slots = min((c.spec.kubernetes.drain.max_unavailable for c in after_specs), default=1)
         changes, prefix = diff(before, after), cluster_prefix(after)
         if args.json:
-            print(json.dumps(diff_document(changes, slots, prefix), indent=2, sort_keys=True))
+            report = diff_document(changes, slots, prefix, before=before, after=after)
+            print(json.dumps(report, indent=2, sort_keys=True))
         else:
-            print(render_diff(changes, slots, prefix, markdown=args.markdown), end="")
+            print(render_diff(changes, slots, prefix, markdown=args.markdown, before=before, after=after), end="")
         return 0
     if args.json:
         # Input key order comes from the mock engine's async serialization and differs between runs; sorting

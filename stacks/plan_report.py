@@ -1,21 +1,28 @@
 """What a diff disrupts, and the diff as text, markdown (a pull-request comment) or JSON. Pure (the changes of
-``plan_diff.diff`` in, plain data and text out).
+``plan_diff.diff`` and the two plan documents in, plain data and text out).
 
 The summary says what a reviewer needs before anything runs: the Proxmox nodes whose host prep runs again (and so may
 reboot), the VMs replaced or destroyed, the GPU nodes drained through rollout slots (a new driver step or MIG
 geometry) and in how many rounds, the ConfigMaps recreated, and which node-agent steps run again because what they
 run changed (their bundle's fingerprint in the command, ``render/agent_bundle.py``), in plain text: a step's stdin
-is secret, so its script change would otherwise show only as a changed ``create``.
+is secret, so its script change would otherwise show only as a changed ``create``. Given the two plan documents, it
+also says what the changes do once they run (``plan_impact.py``): each node's advertised resources before → after,
+the GPU Operator daemonsets that restart, the pods that lose their GPU, the workers retired and the machines that
+may restart, with the input that changed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from proxmox_gpu_cluster.stacks.plan_diff import Change, change_rows
+from proxmox_gpu_cluster.stacks.plan_impact import impact, impact_lines
+
+Plan = Mapping[str, Any] | None
+"""A plan document (``plan.plan_document``); None when the caller has only the changes."""
 
 
 def _owner(change: Change, suffixes: Sequence[str], prefix: str) -> str | None:
@@ -26,8 +33,16 @@ def _owner(change: Change, suffixes: Sequence[str], prefix: str) -> str | None:
     return None
 
 
-def summary(changes: Sequence[Change], max_unavailable: int = 1, prefix: str = "") -> dict[str, Any]:
-    """What the changes disrupt (see the module docstring); ``prefix``: ``cluster_prefix`` of the plan."""
+def summary(
+    changes: Sequence[Change],
+    max_unavailable: int = 1,
+    prefix: str = "",
+    *,
+    before: Plan = None,
+    after: Plan = None,
+) -> dict[str, Any]:
+    """What the changes disrupt (see the module docstring); ``prefix``: ``cluster_prefix`` of the plan;
+    ``before``/``after``: the two plan documents (``impact`` is None without them)."""
     touched = [c for c in changes if c.action in ("update", "replace")]
     hosts = sorted({o for c in touched if (o := _owner(c, ("-host-prep-prep",), prefix)) is not None})
     vms = sorted(c.name for c in changes if c.type.endswith("vmLegacy:VmLegacy") and c.action in ("replace", "remove"))
@@ -45,6 +60,7 @@ def summary(changes: Sequence[Change], max_unavailable: int = 1, prefix: str = "
             c.name for c in changes if c.type == "kubernetes:core/v1:ConfigMap" and c.action == "replace"
         ),
         "agentSteps": agent_steps(changes, prefix),
+        "impact": impact(before, after, changes, prefix) if before is not None and after is not None else None,
     }
 
 
@@ -57,22 +73,40 @@ def agent_steps(changes: Sequence[Change], prefix: str = "") -> dict[str, list[s
     return {bundle: sorted(names) for bundle, names in sorted(out.items())}
 
 
-def diff_document(changes: Sequence[Change], max_unavailable: int = 1, prefix: str = "") -> dict[str, Any]:
+def diff_document(
+    changes: Sequence[Change],
+    max_unavailable: int = 1,
+    prefix: str = "",
+    *,
+    before: Plan = None,
+    after: Plan = None,
+) -> dict[str, Any]:
     """The diff as plain data (``--json``)."""
-    return {"summary": summary(changes, max_unavailable, prefix), "changes": [asdict(c) for c in changes]}
+    s = summary(changes, max_unavailable, prefix, before=before, after=after)
+    return {"summary": s, "changes": [asdict(c) for c in changes]}
 
 
 def render_diff(
-    changes: Sequence[Change], max_unavailable: int = 1, prefix: str = "", *, markdown: bool = False
+    changes: Sequence[Change],
+    max_unavailable: int = 1,
+    prefix: str = "",
+    *,
+    markdown: bool = False,
+    before: Plan = None,
+    after: Plan = None,
 ) -> str:
     """The diff for a terminal, or for a pull-request comment (``markdown``)."""
-    s = summary(changes, max_unavailable, prefix)
-    rolled = (
-        f"{len(s['nodesRolled'])} GPU node(s) drained and changed, {max_unavailable} at a time "
-        f"({s['rollingRounds']} round(s)): {', '.join(s['nodesRolled'])}"
-        if s["nodesRolled"]
-        else "no GPU node drained"
-    )
+    s = summary(changes, max_unavailable, prefix, before=before, after=after)
+    retired = [w["worker"] for w in (s["impact"] or {}).get("workersRetired", [])]
+    if s["nodesRolled"]:
+        rolled = (
+            f"{len(s['nodesRolled'])} GPU node(s) drained and changed, {max_unavailable} at a time "
+            f"({s['rollingRounds']} round(s)): {', '.join(s['nodesRolled'])}"
+        )
+    elif retired:
+        rolled = f"no GPU node drained through a rollout slot; drained to be retired: {', '.join(retired)}"
+    else:
+        rolled = "no GPU node drained"
     lines = [
         f"{s['added']} to add, {s['updated']} to update, {s['replaced']} to replace, {s['removed']} to remove",
         f"Proxmox hosts whose host prep runs again (may reboot, per rebootPolicy): {_names(s['hostPrepRuns'])}",
@@ -87,10 +121,13 @@ def render_diff(
             or ["Node agent: no step runs again for a change of what it runs"]
         ),
     ]
+    effects = impact_lines(s["impact"]) if s["impact"] is not None else []
     rows = [row for c in changes for row in change_rows(c)]
     if not markdown:
-        return "\n".join([*lines, "", *rows]) + "\n"
-    head = ["### Offline plan diff", "", *(f"- {line}" for line in lines), ""]
+        what = ["", "What it does to the nodes:", *(f"  {line}" for line in effects)] if effects else []
+        return "\n".join([*lines, *what, "", *rows]) + "\n"
+    what = ["", "#### What it does to the nodes", "", *(f"- {line}" for line in effects)] if effects else []
+    head = ["### Offline plan diff", "", *(f"- {line}" for line in lines), *what, ""]
     body = ["<details><summary>Resources</summary>", "", "```diff", *rows, "```", "", "</details>"]
     return "\n".join([*head, *body]) + "\n"
 
