@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from proxmox_gpu_cluster.render.agent_bundle import STEP_PATH
+from proxmox_gpu_cluster.stacks.plan_engine import dependent_replacements, effective, protection
 from proxmox_gpu_cluster.stacks.plan_values import MISSING, escaped, reason_note, secret_line, value_lines
 
 # Input paths (Pulumi property-path syntax) whose change makes the provider replace the resource. Sources read:
@@ -143,7 +143,7 @@ def changed_values(
         yield parts, before, after
 
 
-_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")  # sdk/go/common/resource/properties_path.go: requiresQuote
 
 
 def path_text(parts: Sequence[Part]) -> str:
@@ -211,43 +211,6 @@ def _true(value: Any) -> bool:
     return value is True or value == "true"  # provider inputs arrive as strings (JSON-encoded by the SDK)
 
 
-def _effective(document: Mapping[str, Any], option: str) -> dict[str, bool]:
-    """URN -> whether ``option`` (protect, retainOnDelete) holds, a child inheriting its parent's as the engine does
-    (pkg/resource/deploy/source_eval.go inheritFromParent; the Python SDK too for protect). A plan document cannot
-    tell an explicit False from unset, so a child of a protected parent counts as protected (flagged, never
-    missed)."""
-    by_urn = {r["urn"]: r for r in document["resources"]}
-    out: dict[str, bool] = {}
-
-    def of(urn: str, depth: int = 0) -> bool:
-        if urn not in out:
-            r = by_urn.get(urn)
-            own = bool(r and r.get("options", {}).get(option))
-            out[urn] = own or bool(r and r.get("parent") and depth < 100 and of(r["parent"], depth + 1))
-        return out[urn]
-
-    for urn in by_urn:
-        of(urn)
-    return out
-
-
-def _protection(change: Change, before: Mapping[str, bool], after: Mapping[str, bool]) -> Change:
-    """Flag what the engine refuses (pulumi/pulumi v3.259.0 pkg/resource/deploy): a delete of a resource protected
-    in the state (step.go DeleteStep.Apply, also when retainOnDelete), a replace of one protected in the state and
-    the program (step_generator.go: unprotecting in the same change lets it through)."""
-    protected = (change.action == "remove" and before.get(change.urn, False)) or (
-        change.action == "replace" and before.get(change.urn, False) and after.get(change.urn, False)
-    )
-    if not protected:
-        return change
-    command = f"pulumi state unprotect {shlex.quote(change.urn)}"
-    if change.action == "remove":  # the state's flag decides; the program no longer has the resource to unflag
-        why = f"will fail: protected (run first: {command}; or deploy protect off before removing it)"
-    else:
-        why = f"will fail: protected (run first: {command}; or turn protect off in the same change)"
-    return replace(change, protected=True, unprotect=command, fails=(*change.fails, why))
-
-
 def _updated(urn: str, old: Mapping[str, Any], new: Mapping[str, Any], provider: Mapping[str, Any]) -> Change | None:
     """The update or replace of one resource in both plans, None when no input that reaches the provider changed."""
     options, type_ = new.get("options", {}), new["type"]
@@ -290,18 +253,10 @@ def _delete_first(change: Change, old: Mapping[str, Any], new: Mapping[str, Any]
     return bool(name) and name == meta_old.get("name") and meta_new.get("namespace") == meta_old.get("namespace")
 
 
-def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
-    """The changes from plan document ``before`` to ``after`` (``plan_document`` output), in ``after``'s order,
-    removals last."""
-    old = {r["urn"]: r for r in before["resources"]}
-    new = {r["urn"]: r for r in after["resources"]}
-    changes: dict[str, Change] = {}
-    for urn, r in new.items():
-        if urn not in old:
-            changes[urn] = Change(urn, r["type"], r["name"], "add")
-        elif (change := _updated(urn, old[urn], r, new.get(r.get("provider") or "", {}).get("inputs", {}))) is not None:
-            changes[urn] = change
-    # A resource whose replaceWith target is replaced is replaced too (repeat until nothing more follows).
+def _replaced_with(
+    changes: dict[str, Change], old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """A resource whose replaceWith target is replaced is replaced too (repeat until nothing more follows)."""
     grew = True
     while grew:
         grew = False
@@ -314,15 +269,61 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
                 why = tuple(f"replaceWith {n}" for n in replaced)
                 changes[urn] = replace(base, action="replace", replace_reasons=(*base.replace_reasons, *why), fails=())
                 grew = True
+
+
+def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
+    """The changes from plan document ``before`` to ``after`` (``plan_document`` output), in ``after``'s order,
+    removals last."""
+    old = {r["urn"]: r for r in before["resources"]}
+    new = {r["urn"]: r for r in after["resources"]}
+    changes: dict[str, Change] = {}
+    for urn, r in new.items():
+        if urn not in old:
+            changes[urn] = Change(urn, r["type"], r["name"], "add")
+        elif (change := _updated(urn, old[urn], r, new.get(r.get("provider") or "", {}).get("inputs", {}))) is not None:
+            changes[urn] = change
+    _replaced_with(changes, old, new)
+    for urn, change in changes.items():
+        if change.action == "replace" and _delete_first(change, old[urn], new[urn]):
+            changes[urn] = replace(change, delete_first=True)
+    # The engine deletes first what depends on a delete-first replacement, when that would replace it anyway.
+    firsts = [u for u, c in changes.items() if c.delete_first]
+    dependents = dependent_replacements(before, firsts, _forced_of(old), _covered) if firsts else {}
+    for urn, reasons in dependents.items():
+        if urn in new:
+            r = new[urn]
+            base = changes.get(urn) or Change(urn, r["type"], r["name"], "replace")
+            why = (*base.replace_reasons, *reasons)
+            changes[urn] = replace(base, action="replace", delete_first=True, replace_reasons=why, fails=())
+    if dependents:
+        _replaced_with(changes, old, new)  # what names a dependent in its replaceWith goes too
     removed = [Change(u, r["type"], r["name"], "remove") for u, r in old.items() if u not in new]
-    protect_old, protect_new = _effective(before, "protect"), _effective(after, "protect")
-    retain = _effective(before, "retainOnDelete")
+    protect_old, protect_new = effective(before, "protect"), effective(after, "protect")
+    retain = effective(before, "retainOnDelete")
     out = []
     for change in [*(changes[u] for u in new if u in changes), *removed]:
-        first = change.action == "replace" and _delete_first(change, old[change.urn], new[change.urn])
         retained = change.action == "remove" and retain.get(change.urn, False)
-        out.append(_protection(replace(change, delete_first=first, retained=retained), protect_old, protect_new))
+        first = change.delete_first or (
+            change.action == "replace" and _delete_first(change, old[change.urn], new[change.urn])
+        )  # also for what replaceWith pulled in last
+        flagged = replace(change, retained=retained, delete_first=first)
+        out.append(protection(flagged, protect_old, protect_new, dependent=change.urn in dependents))
     return out
+
+
+def _forced_of(resources: Mapping[str, Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], list[str]]:
+    """A resource's replace-forcing paths as its provider and options say (for ``dependent_replacements``)."""
+
+    def forced(r: Mapping[str, Any]) -> list[str]:
+        provider = resources.get(r.get("provider") or "", {}).get("inputs", {})
+        return [*_forced(r["type"], r["inputs"], provider), *r.get("options", {}).get("replaceOnChanges", [])]
+
+    return forced
+
+
+def _covered(path: str, ignored: Sequence[str]) -> bool:
+    parts = [p if p is not None else 0 for p in property_path(path)]
+    return any(_matches(parts, pattern, overlap=False) for pattern in ignored)
 
 
 def cluster_prefix(document: Mapping[str, Any]) -> str:

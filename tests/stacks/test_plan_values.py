@@ -159,39 +159,6 @@ def test_a_rotated_join_token_shows_as_changed_secret_and_never_leaks_in_any_ren
     assert not any("changed (secret)" in v and "may have" not in v for c in older for v in c.values)
 
 
-# --- protection -----------------------------------------------------------------------------------------------
-
-
-def test_removing_a_protected_resource_or_a_child_of_one_fails_with_the_quoted_unprotect_command() -> None:
-    parent = res("w", "pgc:x:Worker", {}, protect=True)
-    child = res("vm", "proxmoxve:index/vmLegacy:VmLegacy", {"vmId": 1}, parent=parent["urn"])
-    child["urn"] = "urn:pulumi:t::p::pgc:x:Worker$proxmoxve:index/vmLegacy:VmLegacy::vm"  # a child's, with its $
-    loose = res("cm", "kubernetes:core/v1:ConfigMap", {"data": {}})
-    changes = {c.name: c for c in diff({"resources": [parent, child, loose]}, {"resources": []})}
-    assert changes["w"].protected and changes["vm"].protected and not changes["cm"].protected
-    assert changes["vm"].unprotect == f"pulumi state unprotect '{child['urn']}'"  # $ and :: stay literal
-    assert any(r.strip().startswith("will fail: protected (run first: pulumi state unprotect '") for r in
-               change_rows(changes["vm"]))  # fmt: skip
-
-
-def test_replacing_a_protected_resource_fails_unless_the_same_change_unprotects_it() -> None:
-    vm = res("vm", "proxmoxve:index/vmLegacy:VmLegacy", {"vmId": 1, "nodeName": "a"}, protect=True)
-    stays = one(vm, {"vmId": 1, "nodeName": "b"})
-    assert stays.action == "replace" and stays.protected and stays.fails
-    lifted = one(vm, {"vmId": 1, "nodeName": "b"}, protect=False)
-    assert lifted.action == "replace" and not lifted.protected and not lifted.fails
-    updated = one(vm, {"vmId": 1, "nodeName": "a", "cores": 4})
-    assert updated.action == "update" and not updated.protected
-
-
-def test_a_retained_resource_is_only_forgotten() -> None:
-    parent = res("g", "pgc:x:Group", {}, retainOnDelete=True)
-    child = res("f", "proxmoxve:download/file:File", {"url": "u"}, parent=parent["urn"])
-    (group, file) = diff({"resources": [parent, child]}, {"resources": []})
-    assert group.retained and file.retained and not file.fails
-    assert any("only dropped from the Pulumi state" in r for r in change_rows(file))
-
-
 # --- replacement rules ----------------------------------------------------------------------------------------
 
 JOB = res("smoke", "kubernetes:batch/v1:Job", {"metadata": {"namespace": "n"}, "spec": {
