@@ -81,6 +81,11 @@ def resource_entry(r: RecordedResource, secret_key: bytes | None = None) -> dict
         "dependencies": sorted(r.dependencies),
         "inputs": redact(r.inputs, secret_key),
     }
+    # Which resources each input comes from: the engine replaces a dependent of a delete-first replacement when
+    # such an input would force its replacement (plan_engine.dependent_replacements).
+    links = {k: sorted(v) for k, v in sorted(r.property_dependencies.items()) if v}
+    if links:
+        entry["propertyDependencies"] = links
     options = {
         "protect": r.protect,
         "ignoreChanges": r.ignore_changes,
