@@ -10,7 +10,9 @@
   ``TransformDCGMExporter``), and our ConfigMap names are content-addressed, so a content change is a template
   change and the daemonset rolls on every node it runs on. The device plugin and MIG manager also follow their
   node's label (``nvidia.com/device-plugin.config``: the config-manager sidecar; ``nvidia.com/mig.config``: the
-  MIG manager applies the new geometry), so a label change restarts them on that node only. The MIG manager runs
+  MIG manager applies the new geometry), so a label change restarts them on that node only. A restarted MIG manager
+  leaves a node whose geometry already matches alone (NVIDIA/mig-parted v0.15.0, the chart's ``migManager.version``:
+  ``pkg/mig/reconfigure/reconfigure.go``, ``isConfigAlreadyApplied``). The MIG manager runs
   only on container nodes with a MIG-capable GPU (``controllers/state_manager.go``: ``hasMIGCapableGPU``). The
   driver daemonset's pods are replaced by the operator's upgrade controller when ``upgradePolicy.autoUpgrade`` is
   on (``controllers/upgrade_controller.go``), else only when deleted (``assets/state-driver/0500_daemonset.yaml``:
@@ -114,23 +116,32 @@ def _values_change(old: Any, new: Any, path: str) -> str:
 def operator_effects(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The GPU Operator daemonsets that restart, why, and on which nodes (see the module docstring)."""
     old_rel, new_rel = _find(before, RELEASE), _find(after, RELEASE)
-    gpu_operator = [(o, n) for o in old_rel for n in new_rel if o["urn"] == n["urn"] and o["name"].endswith("-release")]
+    gpu_operator = [
+        (o, n) for o in old_rel for n in new_rel if o["urn"] == n["urn"] and n["inputs"].get("chart") == "gpu-operator"
+    ]
     everywhere = _container_workers(after)
     effects: list[dict[str, Any]] = []
     plugin_all = False
     for old, new in gpu_operator:
         ov, nv = old["inputs"].get("values", {}), new["inputs"].get("values", {})
         if old["inputs"].get("version") != new["inputs"].get("version"):
-            reason = f"chart {old['inputs'].get('version')} → {new['inputs'].get('version')}: new operand images"
+            reason = (
+                f"chart {old['inputs'].get('version')} → {new['inputs'].get('version')}: the operator reconciles its "
+                "operands with the new chart's images; each daemonset whose image changed rolls"
+            )
             effects.append(_effect("every GPU Operator daemonset", reason, everywhere))
         plugin = [c for p in ("devicePlugin.config.name", "devicePlugin.config.default", "mig.strategy")
                   if (c := _values_change(ov, nv, p))]  # fmt: skip
         if plugin:
             plugin_all = True
             reason = "; ".join(plugin) + " (the pod template mounts the config by name)"
-            effects.append(_effect("nvidia-device-plugin-daemonset and gpu-feature-discovery", reason, everywhere))
+            daemonsets = "nvidia-device-plugin-daemonset and gpu-feature-discovery"
+            effects.append(_effect(daemonsets, reason, everywhere, "restart"))
         if mig := _values_change(ov, nv, "migManager.config.name"):
-            reason = f"{mig} (the pod template mounts the config by name); each re-applies its node's mig.config"
+            reason = (
+                f"{mig} (the pod template mounts the config by name); each asserts its node's mig.config again, "
+                "a no-op where the geometry already matches"
+            )
             effects.append(_effect("nvidia-mig-manager", reason, _mig_workers(after)))
         driver = [c for p in ("driver.enabled", "driver.version", "driver.kernelModuleType")
                   if (c := _values_change(ov, nv, p))]  # fmt: skip
