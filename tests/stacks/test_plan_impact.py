@@ -223,7 +223,7 @@ def test_without_plan_changes_there_is_no_impact() -> None:
 
 
 def test_an_operator_chart_bump_rolls_the_operands_everywhere_and_touches_no_machine(tmp_path: Path) -> None:
-    data, lines, _ = prod_impact(tmp_path, lambda s: s["gpuOperator"].update(chartVersion="v25.10.1"))
+    data, _, _ = prod_impact(tmp_path, lambda s: s["gpuOperator"].update(chartVersion="v25.10.1"))
     [chart] = data["operator"]
     assert chart["daemonset"] == "every GPU Operator daemonset" and chart["nodes"] == CONTAINER_WORKERS
     assert chart["reason"].startswith("chart v26.7.0 → v25.10.1")
