@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxmox_gpu_cluster.render.agent_bundle import STEP_PATH
-from proxmox_gpu_cluster.stacks.plan_engine import dependent_replacements, effective, protection
+from proxmox_gpu_cluster.stacks.plan_engine import dependent_replacements, effective, engine_urns, protection
 from proxmox_gpu_cluster.stacks.plan_values import MISSING, escaped, reason_note, secret_line, value_lines
 
 # Input paths (Pulumi property-path syntax) whose change makes the provider replace the resource. Sources read:
@@ -299,7 +299,7 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
         _replaced_with(changes, old, new)  # what names a dependent in its replaceWith goes too
     removed = [Change(u, r["type"], r["name"], "remove") for u, r in old.items() if u not in new]
     protect_old, protect_new = effective(before, "protect"), effective(after, "protect")
-    retain = effective(before, "retainOnDelete")
+    retain, state_urns = effective(before, "retainOnDelete"), engine_urns(before)
     out = []
     for change in [*(changes[u] for u in new if u in changes), *removed]:
         retained = change.action == "remove" and retain.get(change.urn, False)
@@ -307,7 +307,8 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
             change.action == "replace" and _delete_first(change, old[change.urn], new[change.urn])
         )  # also for what replaceWith pulled in last
         flagged = replace(change, retained=retained, delete_first=first)
-        out.append(protection(flagged, protect_old, protect_new, dependent=change.urn in dependents))
+        dependent = change.urn in dependents
+        out.append(protection(flagged, protect_old, protect_new, dependent, state_urns.get(change.urn, "")))
     return out
 
 

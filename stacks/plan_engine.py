@@ -49,17 +49,43 @@ def unprotect_command(urn: str) -> str:
     return f"pulumi state unprotect {shlex.quote(urn)}"
 
 
-def protection(change: Change, before: Mapping[str, bool], after: Mapping[str, bool], dependent: bool) -> Change:
+def engine_urns(document: Mapping[str, Any]) -> dict[str, str]:
+    """Plan URN -> the URN the engine stores for that resource. Its type part chains the types of every ancestor
+    below the stack (``A$B$C``: sdk/python/lib/pulumi/resource.py takes the parent URN's whole type part), where the
+    mock monitor's URN in a plan names only the parent's type (``B$C``: pulumi/runtime/mocks.py); ``pulumi state``
+    commands need the engine's."""
+    by_urn = {r["urn"]: r for r in document["resources"]}
+    chains: dict[str, str] = {}
+
+    def chain(urn: str, depth: int) -> str:
+        if urn not in chains:
+            r = by_urn[urn]
+            parent = by_urn.get(r.get("parent") or "")
+            if parent is None or parent["type"] == "pulumi:pulumi:Stack" or depth > 100:
+                chains[urn] = r["type"]
+            else:
+                chains[urn] = f"{chain(parent['urn'], depth + 1)}${r['type']}"
+        return chains[urn]
+
+    return {
+        urn: urn if r["type"] == "pulumi:pulumi:Stack" else "::".join([*urn.split("::")[:2], chain(urn, 0), r["name"]])
+        for urn, r in by_urn.items()
+    }
+
+
+def protection(
+    change: Change, before: Mapping[str, bool], after: Mapping[str, bool], dependent: bool, state_urn: str = ""
+) -> Change:
     """``change`` flagged when the engine refuses it: a remove of a resource protected in the state, a replace of
     one protected in the state and the program, or (``dependent``) a delete-first replacement of a dependent
-    protected in the state."""
+    protected in the state. ``state_urn``: the URN the engine stores for it (``engine_urns``)."""
     was = before.get(change.urn, False)
     refused = (change.action == "remove" and was) or (
         change.action == "replace" and was and (dependent or after.get(change.urn, False))
     )
     if not refused:
         return change
-    command = unprotect_command(change.urn)
+    command = unprotect_command(state_urn or change.urn)
     if change.action == "remove":  # the state's flag decides; the program no longer has the resource to unflag
         why = f"will fail: protected (run first: {command}; or deploy protect off before removing it)"
     elif dependent:

@@ -4,11 +4,17 @@ removals, replacements and the dependents of a delete-first replacement; retainO
 from __future__ import annotations
 
 import copy
+import shlex
 from typing import Any
 
+import yaml
+
+from proxmox_gpu_cluster.stacks.plan import plan, plan_document
 from proxmox_gpu_cluster.stacks.plan_diff import change_rows, diff
-from proxmox_gpu_cluster.stacks.plan_engine import effective, unprotect_command
+from proxmox_gpu_cluster.stacks.plan_engine import effective, engine_urns, unprotect_command
+from proxmox_gpu_cluster.stacks.plan_inputs import find_program
 from tests.stacks.test_plan_values import SECRETS, base_spec, new_digest_key, one, plan_with, res
+from tests.support import ROOT
 
 # --- protection -----------------------------------------------------------------------------------------------
 
@@ -114,3 +120,24 @@ def test_a_vendor_data_change_in_a_real_plan_replaces_the_protected_vms_that_rea
     on_node = {r["name"] for r in before["resources"] if r["type"].endswith("VmLegacy")
                and r["inputs"]["nodeName"] == node}  # fmt: skip
     assert {c.name for c in vms} == on_node  # the other node's VMs read another snippet
+
+
+def test_the_unprotect_command_names_the_urn_the_engine_stores() -> None:
+    """The mock monitor's URN names only the parent's type; the engine's chains every ancestor's, as pinned."""
+    program = find_program(ROOT)
+    stack = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    documents = []
+    for edit in (False, True):
+        document = copy.deepcopy(stack)
+        if edit:
+            cluster = document["config"]["proxmox-gpu-cluster:cluster"]
+            cluster["workers"] = cluster["workers"][1:]
+        recording, capacity = plan("prod", document, program.main, project=program.project, placeholder_secrets=True)
+        documents.append(plan_document("prod", recording, capacity, project=program.project))
+    flagged = [c for c in diff(*documents) if c.protected]
+    assert any(c.type.endswith("VmLegacy") for c in flagged)
+    pinned = set((ROOT / "tests" / "stacks" / "urns" / "prod.txt").read_text().split())
+    for change in flagged:
+        urn = shlex.split(change.unprotect)[-1]
+        assert urn in pinned and change.unprotect == unprotect_command(urn)
+        assert engine_urns(documents[0])[change.urn] == urn
