@@ -147,8 +147,7 @@ def operator_effects(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
                   if (c := _values_change(ov, nv, p))]  # fmt: skip
         if driver and _get(nv, "driver.enabled"):
             auto = _get(nv, "driver.upgradePolicy.autoUpgrade")
-            parallel = _get(nv, "driver.upgradePolicy.maxParallelUpgrades")
-            parallel = int(parallel) if isinstance(parallel, float) and parallel.is_integer() else parallel
+            parallel = _num(_get(nv, "driver.upgradePolicy.maxParallelUpgrades"))
             how = (
                 f"the upgrade controller replaces the driver pods, {parallel}"
                 " node(s) at a time, evicting each node's GPU pods first (the driver module is unloaded)"
@@ -209,10 +208,27 @@ def step_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None, ch
     if change.bundle:
         reasons.append(f"agent {change.bundle}")
     if not reasons:
-        inputs = new["inputs"] if new is not None else {}
-        secret = [p for p in change.paths if _get(inputs, p) == "[secret]"]
-        reasons = [p for p in change.paths if p not in secret] + [f"{p} changed (secret)" for p in secret]
+        reasons = [_path_change(old, new, p) for p in change.paths]
+    if not reasons and change.action == "replace":
+        return "replaced along with its replaceWith target"
     return ", ".join(reasons) or change.action
+
+
+def _path_change(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None, path: str) -> str:
+    """``path old → new`` for a short plain value, ``path changed (secret)`` for a redacted one, else ``path``."""
+    b = _get(old["inputs"], path) if old is not None else None
+    a = _get(new["inputs"], path) if new is not None else None
+    if "[secret]" in (a, b):
+        return f"{path} changed (secret)"
+    plain = (str, int, float, bool, type(None))
+    if isinstance(a, plain) and isinstance(b, plain) and len(str(a)) + len(str(b)) <= 80:
+        return f"{path} {_num(b)} → {_num(a)}"
+    return path
+
+
+def _num(value: Any) -> Any:
+    """A number as the spec wrote it (the engine serialises every number as a float)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _clusters(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:

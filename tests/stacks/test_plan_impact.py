@@ -228,3 +228,16 @@ def test_an_operator_chart_bump_rolls_the_operands_everywhere_and_touches_no_mac
     assert chart["daemonset"] == "every GPU Operator daemonset" and chart["nodes"] == CONTAINER_WORKERS
     assert chart["reason"].startswith("chart v26.7.0 → v25.10.1")
     assert data["reboots"] == [] and data["capacity"] == [] and data["workersRetired"] == []
+
+
+def test_a_replaced_vm_is_retired_first_and_says_which_input_forces_it(tmp_path: Path) -> None:
+    data, _, _ = prod_impact(tmp_path, lambda s: worker(s, "gpu-a10-b").update(vmid=3299))
+    assert data["vmsReplaced"] == [{"vm": "gpu-a10-b-vm", "reason": "vmId 3202 → 3299"}]
+    [retired] = data["workersRetired"]  # the retirement step goes with the VM (replaceWith), draining it first
+    assert (retired["worker"], retired["vmid"], retired["then"]) == (
+        "gpu-a10-b",
+        3202,
+        "VM replaced (deleted first, then created)",
+    )
+    guests = [r for r in data["reboots"] if r["machine"] == "gpu-a10-b"]
+    assert guests and all(r["reason"] == "replaced along with its replaceWith target" for r in guests)
