@@ -21,6 +21,8 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,8 @@ import yaml
 
 from proxmox_gpu_cluster.stacks import plan as plan_module
 from proxmox_gpu_cluster.stacks.plan import main
+from proxmox_gpu_cluster.stacks.plan_compare import package_shim
+from tests.stacks.git_scratch import commit, copy_project
 from tests.support import ROOT
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -243,6 +247,57 @@ def planner(tmp_path_factory: pytest.TempPathFactory) -> Planner:
     return _PLANNER[0]
 
 
+CODE_CHANGES: dict[str, tuple[str, str]] = {
+    # a node script: the driver step's bundle (guest_driver.sh) gains a command
+    "code-only-node-script": ("scripts/guest_driver.sh", "\n: a reviewed edit\n"),
+    # the node agent's Python: the capacity gate's module (agent/capacity.py)
+    "code-only-node-agent": ("agent/capacity.py", "\nREVIEWED = True  # a reviewed edit\n"),
+}
+"""Pull requests that change only code (a file under ``components/``, its path there, and what is appended): the
+stack file is the same on both sides, so only ``--diff-base`` planning the base revision's code can show them."""
+
+
+class CodePlanner:
+    """Plans each code-only pull request as CI would: a scratch repository holding the project (this checkout's
+    files) with the edit committed on top, and the plan CLI of that repository's code (its package first on
+    PYTHONPATH through the same shim ``--diff-base`` uses) diffing against ``HEAD~1``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.results: dict[str, Outputs] = {}
+
+    def outputs(self, name: str) -> Outputs:
+        if name not in self.results:
+            relative, addition = CODE_CHANGES[name]
+            repo = copy_project(self.directory / name)
+            path = repo / "components" / relative
+            path.write_text(path.read_text() + addition)
+            commit(repo, f"edit {relative}")
+            shim = self.directory / f"{name}-shim"
+            assert package_shim(repo, shim)
+            env = {**os.environ, "PYTHONPATH": str(shim), "PYTHONDONTWRITEBYTECODE": "1"}
+            command = [sys.executable, "-m", "proxmox_gpu_cluster.plan", "prod", "--placeholder-secrets"]
+            printed = {}
+            for fmt, flags in FORMATS.items():
+                run = [*command, "--diff-base", "HEAD~1", *flags]
+                proc = subprocess.run(run, check=False, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+                assert proc.returncode == 0, proc.stderr
+                printed[fmt] = proc.stdout
+            self.results[name] = Outputs(**printed)
+        return self.results[name]
+
+
+_CODE_PLANNER: list[CodePlanner] = []
+
+
+@pytest.fixture
+def code_planner(tmp_path_factory: pytest.TempPathFactory) -> CodePlanner:
+    """One code planner for the session (test_diff_golden_checks.py imports it too)."""
+    if not _CODE_PLANNER:
+        _CODE_PLANNER.append(CodePlanner(tmp_path_factory.mktemp("golden-code")))
+    return _CODE_PLANNER[0]
+
+
 def check_golden(name: str, suffix: str, actual: str) -> None:
     """``actual`` equals the checked-in golden file; ``PGC_UPDATE_GOLDEN=1`` rewrites the file instead."""
     path = GOLDEN / f"{name}.{suffix}"
@@ -268,9 +323,18 @@ def test_golden(planner: Planner, name: str, suffix: str) -> None:
     check_golden(name, suffix, actual)
 
 
+@pytest.mark.slow  # two plans (one in a git worktree) per format and scenario, about 15 s a scenario
+@pytest.mark.parametrize("suffix", list(FORMATS))
+@pytest.mark.parametrize("name", list(CODE_CHANGES))
+def test_golden_code_only(code_planner: CodePlanner, name: str, suffix: str) -> None:
+    actual = getattr(code_planner.outputs(name), suffix)
+    assert str(code_planner.directory) not in actual and str(ROOT) not in actual and "pgc-" not in actual
+    check_golden(name, suffix, actual)
+
+
 def test_the_golden_directory_holds_exactly_the_scenarios() -> None:
     """A renamed or dropped scenario leaves no stale golden file behind."""
-    expected = {f"{name}.{suffix}" for name in SCENARIOS for suffix in FORMATS}
+    expected = {f"{name}.{suffix}" for name in (*SCENARIOS, *CODE_CHANGES) for suffix in FORMATS}
     if os.environ.get("PGC_UPDATE_GOLDEN") == "1":
         for stale in {p.name for p in GOLDEN.glob("*.*")} - expected - {"README.md"}:
             (GOLDEN / stale).unlink()

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.stacks.test_diff_golden import CIPHERTEXTS, Planner, planner
+from proxmox_gpu_cluster.render.agent_bundle import fingerprint
+from tests.stacks.test_diff_golden import CIPHERTEXTS, CodePlanner, Planner, code_planner, planner
 from tests.support import ROOT
 
-__all__ = ["planner"]  # the shared planner fixture
+__all__ = ["code_planner", "planner"]  # the shared fixtures
 
 PINNED_URNS = set((ROOT / "tests" / "stacks" / "urns" / "prod.txt").read_text().split())
 """The engine's URNs of the prod stack (test_urns.py pins them): the only ones ``pulumi state`` accepts."""
@@ -59,7 +60,9 @@ def changed_names(document: dict[str, Any], *types: str) -> set[str]:
 
 def drained(text: str) -> set[str]:
     """The workers named on the diff's lines about draining nodes (not the resource rows)."""
-    head = [line for line in text.splitlines() if "drain" in line.lower() and not line.startswith(("+", "-", "~"))]
+    head = [
+        line for line in text.splitlines() if "drain" in line.lower() and not line.lstrip().startswith(("+", "-", "~"))
+    ]
     return {w for w in (*WORKERS, "gpu-a10-c") for line in head if re.search(rf"\b{w}\b", line)}
 
 
@@ -159,11 +162,6 @@ def test_removing_a_protected_worker_will_fail(planner: Planner) -> None:
     assert vm, "the VM's removal is flagged with the command that unprotects it"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engineer A: the diff prints the mock monitor's URN (parent type only, pulumi/runtime/mocks.py "
-    "make_urn), not the engine's (every ancestor's type, pulumi/resource.py create_urn; test_urns.py)",
-)
 def test_the_unprotect_command_names_the_engines_urn(planner: Planner) -> None:
     """``pulumi state unprotect`` needs the URN the engine stores: every ancestor's type chained (A$B$C), not the
     mock monitor's abbreviation to the parent's type."""
@@ -229,3 +227,33 @@ def test_a_changed_secret_input_says_why_beside_it(planner: Planner) -> None:
     text = planner.outputs("renumber-host").txt
     secret = lines_with(text, "connection: changed (secret)")
     assert secret and all("10.20.0.22" in line or "sshAddress" in line for line in secret)
+
+
+def agent_change(text: str, step: str) -> tuple[str, str, str]:
+    """The diff's line saying ``step``'s bundle changed: (old fingerprint, new fingerprint, the line)."""
+    found = [
+        m for line in text.splitlines() if (m := re.search(rf"\b{step} ([0-9a-f]{{12}}) ?→ ?([0-9a-f]{{12}})", line))
+    ]
+    assert found, f"no line names the {step} bundle's fingerprint change"
+    return found[0][1], found[0][2], found[0].string
+
+
+@pytest.mark.slow  # shares the scratch-repository plans of test_diff_golden.py's code-only goldens
+def test_a_node_script_change_names_the_steps_that_run_it_again(code_planner: CodePlanner) -> None:
+    out = code_planner.outputs("code-only-node-script")
+    old, new, line = agent_change(out.txt, "driver")
+    assert old == fingerprint("driver") != new  # the base is this checkout's code; the edit changed the bundle
+    assert all(f"{w}-bootstrap-driver" in line for w in WORKERS)
+    for name in WORKERS:  # the driver step may reboot each guest
+        assert [x for x in lines_with(out.txt, name, "bootstrap-driver") if re.search("reboot", x, re.I)], name
+    assert changed_names(out.document, "VmLegacy", "host-prep-prep") == set()
+    assert {c["action"] for c in out.document["changes"]} == {"update"}
+
+
+@pytest.mark.slow
+def test_a_node_agent_change_names_the_steps_that_run_it_again(code_planner: CodePlanner) -> None:
+    out = code_planner.outputs("code-only-node-agent")
+    old, new, line = agent_change(out.txt, "capacity")
+    assert old == fingerprint("capacity") != new
+    assert all(f"{w}-capacity-check" in line for w in WORKERS)
+    assert drained(out.txt) == set()  # a capacity gate only reads the node
