@@ -21,9 +21,11 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -74,12 +76,19 @@ def repository_of(ref: str, path: Path) -> tuple[Path, str]:
     return Path(top.stdout.strip()).resolve(), commit.stdout.strip()
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def worktree(repo: Path, commit: str) -> Iterator[Path]:
     """``commit`` checked out (detached) in a temporary directory; removed from disk and from git's list of
-    worktrees whatever happens inside (an exception, KeyboardInterrupt)."""
+    worktrees whatever happens inside: an exception, Ctrl-C, or SIGTERM (a cancelled CI job), which exits through
+    the cleanup meanwhile instead of leaving a worktree registered in the repository."""
     scratch = Path(tempfile.mkdtemp(prefix="pgc-diff-base-"))
     tree = scratch / "tree"
+    main_thread = threading.current_thread() is threading.main_thread()  # only it may set signal handlers
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
         added = _git(repo, "worktree", "add", "--detach", "--quiet", str(tree), commit)
         if added.returncode:
@@ -89,6 +98,8 @@ def worktree(repo: Path, commit: str) -> Iterator[Path]:
         _git(repo, "worktree", "remove", "--force", str(tree))
         shutil.rmtree(scratch, ignore_errors=True)
         _git(repo, "worktree", "prune")
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def package_shim(tree: Path, shim: Path) -> bool:

@@ -195,3 +195,26 @@ def test_child_options_carry_the_plan_options_with_absolute_files(
     options = plan_compare.child_options(True, ["a", "b"], ["pve1=pci.json"])
     assert options == ["--placeholder-secrets", "--namespace", "a", "--namespace", "b",
                        "--pci", f"pve1={tmp_path / 'pci.json'}"]  # fmt: skip
+
+
+def test_the_worktree_is_removed_when_the_plan_is_terminated(scratch: tuple[Path, Tags]) -> None:
+    """A cancelled CI job sends SIGTERM: the process exits through the cleanup (exit 143), no worktree left."""
+    import signal
+    import time
+
+    repo, tags = scratch
+    code = (
+        "import sys, time\nfrom pathlib import Path\nfrom proxmox_gpu_cluster.stacks.plan_compare import worktree\n"
+        f"with worktree(Path({str(repo)!r}), {tags['same']!r}):\n    print('in', flush=True)\n    time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "in\n"
+        assert len(worktrees(repo)) == 2
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        assert proc.wait(timeout=30) == 143 and time.monotonic() - started < 30
+    finally:
+        proc.kill()
+        proc.wait()
+    assert worktrees(repo) == [f"worktree {repo.resolve()}"]
