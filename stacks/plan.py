@@ -15,7 +15,7 @@ disruption come from them. Secrets as ``pulumi preview`` has them (``stacks/plan
     python -m proxmox_gpu_cluster.plan kubevirt --kubevirt-vms  # example VirtualMachines for the stack's GPU resources
     python -m proxmox_gpu_cluster.plan dev --pci pve1=pve1-pci.json  # preflight against a real host's PCI device list
     python -m proxmox_gpu_cluster.plan dev --main ../my-program     # another program (a directory or its file)
-    python -m proxmox_gpu_cluster.plan prod --diff-base origin/main # what the stack file's edits would do
+    python -m proxmox_gpu_cluster.plan prod --diff-base origin/main # what the edits since then would do (code too)
     python -m proxmox_gpu_cluster.plan prod --diff-config new.yaml --markdown  # ... as a pull-request comment
 
 Secrets in ``--json``: ``[secret]``; with the environment variable ``PGC_SECRET_DIGEST_KEY`` set (hex, at least 16
@@ -324,8 +324,8 @@ def _main(argv: Sequence[str] | None) -> int:
     compare.add_argument(
         "--diff-base",
         metavar="GIT_REF",
-        help="print what the stack file's changes since GIT_REF "
-        "would do (it plans the file as it is at that revision, then as it is now)",
+        help="print what the changes since GIT_REF would do: that revision's code and stack file "
+        "(planned in a temporary git worktree), then the checkout's",
     )
     parser.add_argument("--markdown", action="store_true", help="print a diff as a pull-request comment")
     args = parser.parse_args(argv)
