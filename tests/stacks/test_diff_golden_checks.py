@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from proxmox_gpu_cluster.render.agent_bundle import fingerprint
-from tests.stacks.test_diff_golden import CIPHERTEXTS, CodePlanner, Planner, code_planner, planner
+from tests.stacks.test_diff_golden import CIPHERTEXTS, SCENARIOS, CodePlanner, Planner, code_planner, planner
 from tests.support import ROOT
 
 __all__ = ["code_planner", "planner"]  # the shared fixtures
@@ -257,3 +257,22 @@ def test_a_node_agent_change_names_the_steps_that_run_it_again(code_planner: Cod
     assert old == fingerprint("capacity") != new
     assert all(f"{w}-capacity-check" in line for w in WORKERS)
     assert drained(out.txt) == set()  # a capacity gate only reads the node
+
+
+SECRET_FINGERPRINT_IN_IMPACT = pytest.mark.xfail(
+    strict=True,
+    reason="engineer B: plan_impact's 'runs again (connection ...)' shows the secret's keyed fingerprints, not "
+    "'changed (secret)' (and they change with the random key of every run, so the output is not reproducible)",
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=SECRET_FINGERPRINT_IN_IMPACT) if n == "renumber-host" else n for n in SCENARIOS],
+)
+def test_a_secret_shows_only_as_changed(planner: Planner, name: str) -> None:
+    """No rendering prints a secret's fingerprint: the fingerprints are keyed with a random key per diff, for
+    comparing, never for showing (the reader gets "changed (secret)")."""
+    out = planner.outputs(name)
+    for text in (out.txt, out.md, out.json):
+        assert "[secret:" not in text
