@@ -54,6 +54,15 @@ def json_values(document: dict[str, Any], name: str) -> str:
     return "\n".join(change(document, name)["values"])
 
 
+def holds(data: Any, **fields: Any) -> bool:
+    """``data`` (the JSON summary, at any depth) holds a mapping with these fields: the JSON says it too."""
+    if isinstance(data, dict):
+        if all(data.get(k) == v for k, v in fields.items()):
+            return True
+        return any(holds(v, **fields) for v in data.values())
+    return isinstance(data, list) and any(holds(v, **fields) for v in data)
+
+
 def changed_names(document: dict[str, Any], *types: str) -> set[str]:
     return {c["name"] for c in document["changes"] if not types or c["type"].endswith(types)}
 
@@ -90,6 +99,7 @@ def test_time_slicing_replicas(planner: Planner) -> None:
     out = planner.outputs("time-slicing-replicas")
     assert capacity(out.txt, "gpu-a10-a", "nvidia.com/gpu", "8", "16")
     assert capacity(out.txt, "gpu-a10-b", "nvidia.com/gpu", "4", "8")
+    assert holds(out.document["summary"], worker="gpu-a10-a", resource="nvidia.com/gpu", before=8, after=16)
     assert not re.search(r"gpu-a100-[ab]: nvidia\.com/\S+ \S+ →", out.txt)  # the MIG nodes advertise the same
     assert change(out.document, "cluster-gpu-operator-device-plugin-config")["action"] == "replace"
     # pulumi-kubernetes replaces a Job whose spec.template changes (the annotation naming what it waited for)
@@ -113,6 +123,7 @@ def test_time_slicing_replicas_restart_the_device_plugin_on_every_node(planner: 
 def test_mig_geometry(planner: Planner) -> None:
     out = planner.outputs("mig-geometry")
     assert capacity(out.txt, "gpu-a100-b", "nvidia.com/mig-3g.20gb", "1", "2")
+    assert holds(out.document["summary"], worker="gpu-a100-b", resource="nvidia.com/mig-3g.20gb", before=1, after=2)
     assert capacity(out.txt, "gpu-a100-b", "nvidia.com/mig-2g.10gb", "1", ZERO)
     assert capacity(out.txt, "gpu-a100-b", "nvidia.com/mig-1g.5gb", "2", ZERO)
     assert drained(out.txt) == {"gpu-a100-b"}
@@ -125,6 +136,7 @@ def test_mig_geometry(planner: Planner) -> None:
 def test_add_worker(planner: Planner) -> None:
     out = planner.outputs("add-worker")
     assert capacity(out.txt, "gpu-a10-c", "nvidia.com/gpu", ZERO, "4")
+    assert holds(out.document["summary"], worker="gpu-a10-c", resource="nvidia.com/gpu", after=4)
     assert change(out.document, "cluster-gpu-a10-c-vm")["action"] == "add"
     touched = {c["name"] for c in out.document["changes"] if c["action"] != "add"}
     assert not [n for n in touched if n.endswith(("-vm", "-host-prep-prep", "-bootstrap-driver"))]
@@ -152,12 +164,14 @@ def test_removing_an_unprotected_worker_does_not_fail(planner: Planner) -> None:
     out = planner.outputs("remove-worker")
     assert change(out.document, "cluster-gpu-a10-b-vm")["action"] == "remove"
     assert "will fail" not in out.txt and "unprotect" not in out.txt
+    assert holds(out.document["summary"], worker="gpu-a10-b", protected=False)
 
 
 def test_removing_a_protected_worker_will_fail(planner: Planner) -> None:
     out = planner.outputs("remove-protected-worker")
     for text in (out.txt, out.md, json.dumps(change(out.document, "cluster-gpu-a10-b-vm"))):
         assert "will fail: protected" in text and "pulumi state unprotect" in text
+    assert holds(out.document["summary"], worker="gpu-a10-b", protected=True)
     vm = [line for line in out.txt.splitlines() if "cluster-gpu-a10-b-vm" in line and "unprotect" in line]
     assert vm, "the VM's removal is flagged with the command that unprotects it"
 
