@@ -128,6 +128,7 @@ class ProxmoxParts(Base):
         after: list[pulumi.Resource],
         agent: command.remote.CopyToRemote,
     ) -> tuple[proxmoxve.VmLegacy, pulumi.Output[str]]:
+        after = [*after, snippet]  # an ordering edge: the VM reads the snippet's known volume id, not its output
         part = self.part("worker_vm:GpuWorkerVm", f"{w['name']}", depends_on=after)
         large_bar = MODELS[model]["large_bar"]
         ignore = ["hostpcis[*].id", "disks[*].fileId", "clone", "initialization.vendorDataFileId"]
@@ -180,7 +181,7 @@ class ProxmoxParts(Base):
                     user_account=proxmoxve.VmLegacyInitializationUserAccountArgs(
                         username="ubuntu", keys=self.spec["guest"]["sshPublicKeys"]
                     ),
-                    vendor_data_file_id=snippet.id,
+                    vendor_data_file_id=f"local:snippets/pgc-{pulumi.get_stack()}-{node['name']}-vendor-data.yaml",
                 ),
             ),
             opts=pulumi.ResourceOptions(

@@ -113,12 +113,16 @@ def build_proxmox(
                     spec,
                     worker,
                     mappings={claim.ref: mappings.by_gpu[claim.ref].name for claim in worker.gpus},
-                    vendor_data_file_id=files.vendor_data_file_id,
+                    # The known volume id and an ordering edge, not the snippet's output: a VM reading that output
+                    # would be deleted with every delete-first replacement of the snippet (WorkerBootFiles).
+                    vendor_data_file_id=files.vendor_data_volume,
                     image_file_id=item(files.image_file_ids, url) if url else None,
                     ssh_private_key=ssh_private_key,
                 ),
                 pulumi.ResourceOptions(
-                    parent=parent, providers=[proxmox, host_command], depends_on=[*own, *after_prep, agent]
+                    parent=parent,
+                    providers=[proxmox, host_command],
+                    depends_on=[*own, *after_prep, agent, files.vendor_data_snippet],
                 ),
             )
     return ProxmoxLayer(

@@ -45,7 +45,17 @@ class WorkerBootFiles(pulumi.ComponentResource):
     """
 
     vendor_data_file_id: pulumi.Output[str]
-    """Volume id of the vendor-data snippet."""
+    """Volume id of the vendor-data snippet, as the provider reports it. A VM that takes it as an input becomes a
+    dependent of the snippet's delete-first replacement: the engine deletes such dependents first when an input
+    from it could force their replacement (pulumi/pulumi v3.259.0 pkg/resource/deploy/step_generator.go
+    ``calculateDependentReplacements`` makes the whole ``initialization`` unknown), so wire VMs with
+    ``vendor_data_volume`` and ``vendor_data_snippet`` instead."""
+    vendor_data_volume: str
+    """The same volume id, known when the component is built (the snippet's name never changes): give it to a VM
+    with ``vendor_data_snippet`` in its ``opts.depends_on``, so a new vendor-data text (a library upgrade) replaces
+    the snippet without touching a VM."""
+    vendor_data_snippet: pulumi.Resource
+    """The snippet itself, for ``depends_on`` (an ordering edge: the engine never replaces a dependent for it)."""
     image_file_ids: pulumi.Output[dict[str, str]]
     """Cloud image URL -> volume id."""
 
@@ -92,5 +102,9 @@ class WorkerBootFiles(pulumi.ComponentResource):
             )
             ids[url] = download.id
         self.vendor_data_file_id = snippet.id
+        self.vendor_data_snippet = snippet
+        # The id the provider gives the snippet, "<datastore>:snippets/<file name>" (bpg/terraform-provider-proxmox
+        # v0.111.1 proxmoxtf/resource/file.go, fileVolumeID.String), known now: its name never changes.
+        self.vendor_data_volume = f"{args.snippet_datastore}:snippets/{scope.snippet_file_name(node_name)}"
         self.image_file_ids = pulumi.Output.all(**ids) if ids else pulumi.Output.from_input({})
         self.register_outputs({"vendorDataFileId": self.vendor_data_file_id, "imageFileIds": self.image_file_ids})

@@ -103,7 +103,10 @@ def test_a_dependent_is_left_alone_when_its_ignore_changes_cover_the_input_or_th
     assert set(replaced_vendor_data(snippet, vm)) == {"vd"}
 
 
-def test_a_vendor_data_change_in_a_real_plan_replaces_the_protected_vms_that_read_it() -> None:
+def test_a_vendor_data_change_in_a_real_plan_replaces_the_snippet_and_no_vm() -> None:
+    """The snippet is replaced delete-first (same name); its VMs reach it by a known volume id and an ordering edge,
+    not by its output, so the engine has no dependent to delete first (WorkerBootFiles.vendor_data_file_id). Before
+    that wiring this diff replaced every protected VM on the node, and `pulumi up` failed on them."""
     raw = base_spec()
     for worker in raw["workers"]:
         worker["protect"] = True
@@ -114,12 +117,20 @@ def test_a_vendor_data_change_in_a_real_plan_replaces_the_protected_vms_that_rea
     assert snippets and all(r["options"].get("deleteBeforeReplace") for r in snippets)
     snippets[0]["inputs"]["sourceRaw"]["data"] += "# one more line\n"
     changes = diff(before, after)
-    vms = [c for c in changes if c.type.endswith("VmLegacy")]
-    assert vms and all(c.action == "replace" and c.protected for c in vms)
-    node = snippets[0]["inputs"]["nodeName"]
-    on_node = {r["name"] for r in before["resources"] if r["type"].endswith("VmLegacy")
-               and r["inputs"]["nodeName"] == node}  # fmt: skip
-    assert {c.name for c in vms} == on_node  # the other node's VMs read another snippet
+    assert [(c.name, c.action) for c in changes] == [(snippets[0]["name"], "replace")]
+    vms = [r for r in before["resources"] if r["type"].endswith("VmLegacy")]
+    assert vms and all(snippets[0]["urn"] in r["dependencies"] for r in vms if r["inputs"]["nodeName"] ==
+                       snippets[0]["inputs"]["nodeName"])  # fmt: skip
+    # The same VMs wired to the snippet's output are what the engine deletes first (and refuses: protected).
+    for r in after["resources"]:
+        if r["type"].endswith("VmLegacy") and r["inputs"]["nodeName"] == snippets[0]["inputs"]["nodeName"]:
+            r["propertyDependencies"] = {"initialization": [snippets[0]["urn"]]}
+    wired = copy.deepcopy(before)
+    for r in wired["resources"]:
+        if r["type"].endswith("VmLegacy") and r["inputs"]["nodeName"] == snippets[0]["inputs"]["nodeName"]:
+            r["propertyDependencies"] = {"initialization": [snippets[0]["urn"]]}
+    replaced = [c for c in diff(wired, after) if c.type.endswith("VmLegacy")]
+    assert replaced and all(c.action == "replace" and c.protected for c in replaced)
 
 
 def test_the_unprotect_command_names_the_urn_the_engine_stores() -> None:

@@ -72,7 +72,11 @@ def test_vm_inputs() -> None:
     init = i["initialization"]
     assert init["userAccount"]["username"] == "ubuntu" and init["userAccount"]["keys"][0].startswith("ssh-ed25519")
     assert init["ipConfigs"] == [{"ipv4": {"address": "dhcp"}}]
-    assert init["vendorDataFileId"] == "cluster-pve1-boot-files-vendor-data-id"
+    # The snippet's volume id, known in advance, with an ordering edge: no property dependency on the snippet, whose
+    # delete-first replacement would otherwise delete the VM first (WorkerBootFiles.vendor_data_file_id).
+    snippet = next(r for r in rec.resources if r.name == "cluster-pve1-boot-files-vendor-data")
+    assert init["vendorDataFileId"] == f"local:snippets/{snippet.inputs['sourceRaw']['fileName']}"
+    assert snippet.urn in vm.dependencies and not vm.property_dependencies.get("initialization")
     image = rec.named(f"cluster-pve1-boot-files-image-{short_hash(DEFAULT_IMAGE, 8)}")
     assert i["disks"][0]["fileId"] == f"{image.name}-id" and i["disks"][0]["size"] == 100
     assert vm.protect is True and rec.named("cluster-mig-2-vm").protect is False
