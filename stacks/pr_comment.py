@@ -123,6 +123,11 @@ def plan_stack(project: Path, stack: str, base: str, env: dict[str, str]) -> Sec
         notes = [line for line in said if line.startswith("new stack:")]
         lead = "New stack: every resource is added.\n\n" if notes else ""
         return Section(stack, lead + proc.stdout.strip())
+    if proc.returncode == 2 and said[:1] and said[0].startswith("--diff-base "):
+        # The head side planned (the plan CLI plans it first); only the base revision is refused: a pull request
+        # that repairs a stack must not fail for what it repairs.
+        return Section(stack, "The base revision cannot be planned, so there is nothing to compare with; the pull "
+                       "request's stack plans:\n\n" + fenced(said))  # fmt: skip
     if proc.returncode == 2:
         return Section(stack, "**The plan refuses this stack** (fix it before `pulumi up`):\n\n" + fenced(said), True)
     lines = [*said[-40:]] or [f"exit {proc.returncode}"]

@@ -123,3 +123,24 @@ def test_error_lines_cannot_close_their_fence() -> None:
 def test_a_body_too_long_for_a_comment_is_cut() -> None:
     body = render("a" * 40, "b" * 40, [Section("prod", "x\n" * MAX_BODY)], [])
     assert len(body) < MAX_BODY + 300 and body.startswith(MARKER) and "…cut" in body
+
+
+def test_a_pull_request_that_repairs_a_stack_passes(repo: Path) -> None:
+    """The base revision refuses kubevirt's stack file, the pull request repairs it: the section says the base
+    cannot be planned (with its lines), and the check passes."""
+    root = git(repo, "rev-list", "--max-parents=0", "HEAD").strip()
+    git(repo, "checkout", "-q", root, "--", ".")  # the project as copied: every stack valid
+    for extra in ("Pulumi.lab.yaml", "Pulumi.bad name.yaml"):
+        (repo / extra).unlink(missing_ok=True)
+    stack = repo / "Pulumi.kubevirt.yaml"
+    good = stack.read_text()
+    stack.write_text(good.replace("cores: ", "cores: -", 1))
+    assert stack.read_text() != good
+    base = commit(repo, "a broken kubevirt stack")
+    stack.write_text(good)
+    commit(repo, "repaired")
+    code, body = offline_step(repo, "--base", base)
+    assert code == 0, body
+    part = section(body, "kubevirt")
+    assert "The base revision cannot be planned" in part and "refused" not in part.splitlines()[0]
+    assert f"--diff-base {base}: the base revision refuses its stack file" in part
