@@ -38,12 +38,13 @@ vm = GpuWorkerVm(
         gpu_models=(model.key,),
         ssh_public_keys=tuple(config.require_object("sshPublicKeys")),
         mappings={"gpu0": config.require("pciMapping")},
-        vendor_data_file_id=files.vendor_data_file_id,
+        # The known volume id plus an ordering edge (below), so a new vendor-data text never deletes the VM first.
+        vendor_data_file_id=files.vendor_data_volume,
         image_file_id=item(files.image_file_ids, url),
         node_ssh_address=config.require("nodeSshAddress"),
         ssh_private_key=ssh_key,
     ),
-    pulumi.ResourceOptions(providers=[proxmox, ssh]),
+    pulumi.ResourceOptions(providers=[proxmox, ssh], depends_on=[files.vendor_data_snippet]),
 )
 bootstrap = GuestBootstrap(
     "gpu-vm-bootstrap",
