@@ -30,6 +30,7 @@ from typing import Any
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.stacks.plan_diff import Change
+from proxmox_gpu_cluster.stacks.plan_values import is_secret
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
@@ -179,7 +180,7 @@ def operator_effects(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
 def _flags(command: Any) -> dict[str, str]:
     """A step's command line as ``flag -> values`` (a repeated flag's values joined), positionals under
     ``(args)``; the interpreter and the step's own path are left out (the agent bundle says when that changes)."""
-    if not isinstance(command, str) or command == "[secret]":
+    if not isinstance(command, str) or is_secret(command):
         return {}
     try:
         words = shlex.split(command)
@@ -218,7 +219,7 @@ def _path_change(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None, p
     """``path old → new`` for a short plain value, ``path changed (secret)`` for a redacted one, else ``path``."""
     b = _get(old["inputs"], path) if old is not None else None
     a = _get(new["inputs"], path) if new is not None else None
-    if "[secret]" in (a, b):
+    if is_secret(a) or is_secret(b):  # plain or fingerprinted: never shown, only said
         return f"{path} changed (secret)"
     plain = (str, int, float, bool, type(None))
     if isinstance(a, plain) and isinstance(b, plain) and len(str(a)) + len(str(b)) <= 80:

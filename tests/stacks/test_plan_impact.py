@@ -212,6 +212,13 @@ def test_a_step_reason_never_shows_a_secret_and_names_the_changed_arguments() ->
     assert step_reason(old, new, Change("u", "t", "n", "update", ("create",))) == "--gpu a b → a, guest --t 5 → 6"
     bundle = Change("u", "t", "n", "update", ("create",), "drain aaa→bbb")
     assert step_reason(res("bash p/a/step.sh --n 1"), res("bash p/b/step.sh --n 1"), bundle) == "agent drain aaa→bbb"
+    # keyed fingerprints (a diff's shared random key) are secrets too: said, never shown
+    fingerprinted = step_reason(
+        res("bash a/step.sh", "[secret:0a1b2c]"), res("bash a/step.sh", "[secret:3d4e5f]"), change
+    )
+    assert fingerprinted == "stdin changed (secret)"
+    secret_create = Change("u", "t", "n", "update", ("create",))
+    assert step_reason(res("[secret:0a1b2c]"), res("[secret:3d4e5f]"), secret_create) == "create changed (secret)"
     # a command that cannot be split is compared whole, still without interpretation
     assert "(command)" in step_reason(res("echo 'x"), res("echo 'y"), Change("u", "t", "n", "update", ("create",)))
 
