@@ -5,15 +5,17 @@ A program may build several clusters, each from its own namespace (``load("team-
 and ``team-a:kubeconfig``...). The plan validates every ``<namespace>:cluster`` of the stack file (or the
 namespaces given), so the capacity table, the disruption and the hosts ``get_pci`` answers for cover all of them.
 
-Secrets: a value stored encrypted (``secure:``) cannot be decrypted offline and gets a placeholder, so the program
-runs its real secret handling. A secret the stack does not set at all is not invented: the program reports it as
-under ``pulumi preview`` (``load`` lists every missing one), unless ``placeholder_secrets`` asks for placeholders,
-for stack files that deliberately carry no secrets (this repository's templates); the plan then says which it
-assumed.
+Secrets: a value stored encrypted (``secure:``) cannot be decrypted offline and gets a placeholder (one per
+ciphertext, so a rotated secret shows in a diff), so the program runs its real secret handling. A secret the stack
+does not set at all is not invented: the program reports it as under ``pulumi preview`` (``load`` lists every
+missing one), unless ``placeholder_secrets`` asks for placeholders, for stack files that deliberately carry no
+secrets (this repository's templates); the plan then says which it assumed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,7 +90,7 @@ def stack_config(
     for key, value in (document.get("config") or {}).items():
         full = key if ":" in key else f"{project}:{key}"
         if isinstance(value, Mapping) and set(value) == {"secure"}:
-            config[full] = f"plan-placeholder-{full.split(':', 1)[1]}"
+            config[full] = f"plan-placeholder-{full.split(':', 1)[1]}-{_ciphertext_digest(value['secure'])}"
             secret_keys.append(full)
         else:
             config[full] = value
@@ -103,6 +105,15 @@ def stack_config(
                 secret_keys.append(full)
                 assumed.append(full)
     return config, secret_keys, assumed
+
+
+def _ciphertext_digest(ciphertext: Any) -> str:
+    """A short digest of an encrypted value's ciphertext, so a placeholder changes when the stack file's ciphertext
+    does (a rotated secret shows in a diff as "changed (secret)"; a value encrypted again, e.g. by `pulumi stack
+    change-secrets-provider`, shows the same: the plan cannot decrypt to tell). The ciphertext is in the stack file
+    already; its digest tells nothing about the value."""
+    text = ciphertext if isinstance(ciphertext, str) else json.dumps(ciphertext, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 Specs = ClusterSpec | Sequence[PlannedCluster] | None

@@ -26,7 +26,11 @@ def test_namespaces_are_every_cluster_key_the_projects_first() -> None:
 def test_encrypted_values_get_placeholders_and_unset_secrets_are_not_invented() -> None:
     document = {"config": {f"{NS}:kubeconfig": {"secure": "v1:abc"}, f"{NS}:cluster": base_spec()}}
     config, secret_keys, assumed = stack_config(document, NS)
-    assert config[f"{NS}:kubeconfig"] == "plan-placeholder-kubeconfig"
+    assert config[f"{NS}:kubeconfig"].startswith("plan-placeholder-kubeconfig-")
+    # one placeholder per ciphertext: the same file plans the same, a rotated secret plans differently
+    again = stack_config(document, NS)[0][f"{NS}:kubeconfig"]
+    rotated = {"config": {**document["config"], f"{NS}:kubeconfig": {"secure": "v1:abd"}}}
+    assert again == config[f"{NS}:kubeconfig"] != stack_config(rotated, NS)[0][f"{NS}:kubeconfig"]
     assert secret_keys == [f"{NS}:kubeconfig"] and assumed == []
     assert f"{NS}:proxmoxApiToken" not in config
 
