@@ -151,6 +151,11 @@ def plan_at_revision(ref: str, commit: str, tree: Path, *, program: Path, stack_
         except subprocess.TimeoutExpired:
             raise BaseRevisionError([f"--diff-base {ref}: its plan took over {BASE_TIMEOUT} s"]) from None
     said = proc.stderr.strip().splitlines()[-ERROR_LINES:]
+    refused = next((line for line in said if "error: unrecognized arguments:" in line), None)
+    if proc.returncode == 2 and refused is not None:  # argparse: an older CLI without an option this plan uses
+        option = refused.split("error: unrecognized arguments:", 1)[1].strip()
+        raise BaseRevisionError([f"--diff-base {ref}: the base revision's plan is older than {option} "
+                                 f"({commit[:12]}); diff against a later revision"])  # fmt: skip
     if proc.returncode == 2:
         raise BaseRevisionError([f"--diff-base {ref}: the base revision refuses its stack file ({commit[:12]}):",
                                  *(f"  {line}" for line in said)])  # fmt: skip

@@ -218,3 +218,45 @@ def test_the_worktree_is_removed_when_the_plan_is_terminated(scratch: tuple[Path
         proc.kill()
         proc.wait()
     assert worktrees(repo) == [f"worktree {repo.resolve()}"]
+
+
+def fake_revision(tree: Path, plan_source: str) -> None:
+    """A revision whose package is one module: ``proxmox_gpu_cluster.plan`` as ``plan_source``."""
+    (tree / "components").mkdir(parents=True)
+    (tree / "components" / "__init__.py").write_text("")
+    (tree / "components" / "plan.py").write_text(plan_source)
+    (tree / "pyproject.toml").write_text('[tool.setuptools]\npackage-dir = {"proxmox_gpu_cluster" = "components"}\n')
+    (tree / "__main__.py").write_text("")
+    (tree / "Pulumi.dev.yaml").write_text("config: {}\n")
+
+
+OLD_CLI = """import argparse, json, os
+parser = argparse.ArgumentParser(prog="python -m proxmox_gpu_cluster.plan")
+parser.add_argument("stack"); parser.add_argument("--json", action="store_true"); parser.add_argument("--config")
+args = parser.parse_args()
+key = os.environ.get("PGC_SECRET_DIGEST_KEY", "")
+print(json.dumps({"resources": [{"type": "t:a:B", "name": "b", "urn": "urn:b", "inputs": {"k": len(key)}}]}))
+"""
+
+
+def test_an_older_base_cli_without_an_option_is_named(tmp_path: Path) -> None:
+    fake_revision(tmp_path, OLD_CLI)
+    with pytest.raises(plan_compare.BaseRevisionError) as info:
+        plan_compare.plan_at_revision("old", "0" * 40, tmp_path, program=tmp_path / "__main__.py",
+                                      stack_file=tmp_path / "Pulumi.dev.yaml", stack="dev",
+                                      options=["--placeholder-secrets"], key=b"k" * 32)  # fmt: skip
+    assert info.value.lines == [
+        "--diff-base old: the base revision's plan is older than --placeholder-secrets (000000000000); "
+        "diff against a later revision"
+    ]
+
+
+def test_an_older_base_json_is_normalised_and_gets_the_key(tmp_path: Path) -> None:
+    """The shim serves the revision's own module (this checkout has no such plan); the key arrives as hex."""
+    fake_revision(tmp_path, OLD_CLI)
+    document = plan_compare.plan_at_revision("old", "0" * 40, tmp_path, program=tmp_path / "__main__.py",
+                                             stack_file=tmp_path / "Pulumi.dev.yaml", stack="dev", options=[],
+                                             key=b"k" * 32)  # fmt: skip
+    assert document["resources"] == [{"type": "t:a:B", "name": "b", "urn": "urn:b", "inputs": {"k": 64},
+                                      "parent": None, "provider": None, "dependencies": [], "options": {}}]  # fmt: skip
+    assert document["capacity"] == [] and document["outputs"] == {}
