@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxmox_gpu_cluster.stacks.pr_comment import MARKER
+from proxmox_gpu_cluster.stacks.pr_comment import MARKER, STACK_FILE
 from proxmox_gpu_cluster.stacks.pr_comment import main as pr_comment_main
 from tests.stacks.git_scratch import commit, copy_project, edit_script, git
 from tests.support import ROOT, external
@@ -106,14 +106,18 @@ def test_one_run_per_pull_request_and_least_privilege() -> None:
 def test_stacks_are_discovered_in_both_jobs(tmp_path: Path) -> None:
     """The discovery script on a directory: plain stack names, sorted, as JSON; the preview matrix is that."""
     jq()
-    for name in ("Pulumi.yaml", "Pulumi.prod.yaml", "Pulumi.dev.yaml", "Pulumi.bad name.yaml", "Pulumi..yaml"):
+    names = ("Pulumi.yaml", "Pulumi.prod.yaml", "Pulumi.dev.yaml", "Pulumi.bad name.yaml", "Pulumi..yaml",
+             "Pulumi.-x.yaml", "Pulumi.a_b.c-d.yaml", "Pulumi.$(id).yaml")  # fmt: skip
+    for name in names:
         (tmp_path / name).write_text("config: {}\n")
     (tmp_path / "nested").mkdir()
     (tmp_path / "nested" / "Pulumi.deep.yaml").write_text("config: {}\n")
     out = tmp_path / "github-output"
     env = {**os.environ, "GITHUB_OUTPUT": str(out)}
     subprocess.run(["bash", "-c", script("preview:stacks[1]")], cwd=tmp_path, env=env, check=True, capture_output=True)
-    assert out.read_text() == 'stacks=["dev","prod"]\n'
+    assert out.read_text() == 'stacks=["a_b.c-d","dev","prod"]\n'
+    # The offline step plans the same stacks (it finds them itself, to include those a pull request removes).
+    assert sorted(m[1] for n in names if (m := STACK_FILE.fullmatch(n))) == ["a_b.c-d", "dev", "prod"]
     preview = load(WORKFLOW)["jobs"]
     assert preview["pulumi-preview"]["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.stacks.outputs.stacks) }}"
     assert preview["stacks"]["outputs"]["stacks"] == "${{ steps.find.outputs.stacks }}"
