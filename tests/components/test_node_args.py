@@ -82,7 +82,7 @@ MIG: dict[str, Any] = {
           "WorkerRetirementArgs.vmid: Input should be a valid integer, unable to parse string as an integer"]),
         (NodeCapacityGateArgs, {**GATE, "resources": {}, "timeout_seconds": 0, "port": 70000},
          ["NodeCapacityGateArgs.port: Input should be less than or equal to 65535",
-          "NodeCapacityGateArgs.resources: Dictionary should have at least 1 item after validation, not 0",
+          "NodeCapacityGateArgs.resources: Value should have at least 1 item after validation, not 0",
           "NodeCapacityGateArgs.timeout_seconds: Input should be greater than or equal to 1"]),
         (NodeCapacityGateArgs, {**GATE, "resources": {"gpu": 1, "nvidia.com/gpu": -1}},
          ["NodeCapacityGateArgs.resources.gpu: key 'gpu': String should match pattern "
@@ -111,7 +111,7 @@ def test_every_problem_at_once_in_the_callers_terms(
     with pytest.raises(InvalidComponentArgs) as err:
         args(**values)
     assert isinstance(err.value, pulumi.RunError)
-    assert err.value.lines == lines
+    assert [_same_words(line) for line in err.value.lines] == lines
     assert err.value.__cause__ is None and err.value.__suppress_context__
 
 
@@ -197,3 +197,9 @@ def test_values_from_other_resources_are_taken_as_outputs() -> None:
     assert " --vmid 2007 --node-name w7 " in drain.plain_inputs["create"] and drain.protect  # opts.protect inherited
     assert drain.plain_inputs["connection"]["host"] == "192.0.2.7"
     assert " --node w7 --timeout 600 " in rec.named("g-check").plain_inputs["create"]
+
+
+def _same_words(line: str) -> str:
+    """pydantic's message in the declared floor's words: 2.11 says "Value should have at least", later releases name
+    the type ("Dictionary should have at least"; pydantic-core's too_short error)."""
+    return line.replace(": Dictionary should have at least", ": Value should have at least")
