@@ -81,7 +81,7 @@ def stack_files(repo: Path, project: Path, base: str) -> tuple[list[str], list[s
     files but are no plain stack name."""
     prefix = project.relative_to(repo).as_posix()
     prefix = "" if prefix == "." else prefix + "/"
-    at_base = _git(repo, "ls-tree", "--name-only", base, "--", prefix or ".").splitlines()
+    at_base = _git(repo, "ls-tree", "-z", "--name-only", base, "--", prefix or ".").split("\0")  # names unquoted
     names = {p.name for p in project.glob("Pulumi.*.yaml")} | {Path(p).name for p in at_base}
     names = {n for n in names if n.startswith("Pulumi.") and n.endswith(".yaml") and n != "Pulumi.yaml"}
     head, removed, odd = [], [], []
@@ -98,7 +98,8 @@ def stack_files(repo: Path, project: Path, base: str) -> tuple[list[str], list[s
 
 def program_changed(repo: Path, base: str) -> list[str]:
     """The files the pull request changes that can change what ``pulumi up`` does."""
-    changed = _git(repo, "diff", "--name-only", "--no-renames", base, "HEAD", "--").splitlines()
+    changed = _git(repo, "diff", "-z", "--name-only", "--no-renames", base, "HEAD", "--").split("\0")
+    changed = [p for p in changed if p]
     return [p for p in changed if not p.endswith(".md") and not p.startswith(NOT_THE_PROGRAM)]
 
 
@@ -122,7 +123,8 @@ def plan_stack(project: Path, stack: str, base: str, env: dict[str, str]) -> Sec
     if proc.returncode == 0:
         notes = [line for line in said if line.startswith("new stack:")]
         lead = "New stack: every resource is added.\n\n" if notes else ""
-        return Section(stack, lead + proc.stdout.strip())
+        # The plan's own title repeats under each stack's heading: the comment has it once, at the top.
+        return Section(stack, lead + proc.stdout.strip().removeprefix("### Offline plan diff").strip())
     if proc.returncode == 2 and said[:1] and said[0].startswith("--diff-base "):
         # The head side planned (the plan CLI plans it first); only the base revision is refused: a pull request
         # that repairs a stack must not fail for what it repairs.
@@ -159,7 +161,8 @@ def comment(repo: Path, project: Path, base_ref: str, head_ref: str) -> tuple[st
         changed = program_changed(repo, base)
     except CheckoutError as err:
         return render(base_ref, head_ref, [], [f"**No offline diff**: {escape_lines([str(err)])[0]}"]), 2
-    notes = [f"Not planned (no plain stack name): {', '.join(f'`{n}`' for n in odd)}"] if odd else []
+    shown = [f"`{n}`" for n in escape_lines([n.replace("`", "'") for n in odd])]  # a name can hold anything
+    notes = [f"Not planned (no plain stack name): {', '.join(shown)}"] if odd else []
     if not changed:
         notes.append("This pull request changes nothing `pulumi up` runs (documentation, tests, workflows only).")
         return render(base, head, [], notes), 0

@@ -73,6 +73,7 @@ def test_refused_removed_and_new_stacks(repo: Path) -> None:
     dev.write_text(dev.read_text().replace("cores: 8", "cores: 0", 1))
     (repo / "Pulumi.kubevirt.yaml").unlink()
     (repo / "Pulumi.bad name.yaml").write_text("config: {}\n")
+    (repo / "Pulumi.a`b\x1b.yaml").write_text("config: {}\n")
     commit(repo, "a broken dev, no kubevirt, a new lab stack")
     code, body = offline_step(repo, "--base", base)
     assert code == 1, body
@@ -85,7 +86,8 @@ def test_refused_removed_and_new_stacks(repo: Path) -> None:
     lab = section(body, "lab")
     assert "New stack: every resource is added." in lab and "to add" in lab, lab
     assert "0 to add, 0 to update, 0 to replace, 0 to remove" in section(body, "prod")
-    assert "Not planned (no plain stack name): `Pulumi.bad name.yaml`" in body
+    assert "Not planned (no plain stack name): `Pulumi.a'b\\x1b.yaml`, `Pulumi.bad name.yaml`" in body
+    assert body.count("### Offline plan diff") == 0 and body.count("## Offline plan diff") == 1
 
 
 def test_documentation_only_plans_nothing(repo: Path) -> None:
@@ -130,7 +132,7 @@ def test_a_pull_request_that_repairs_a_stack_passes(repo: Path) -> None:
     cannot be planned (with its lines), and the check passes."""
     root = git(repo, "rev-list", "--max-parents=0", "HEAD").strip()
     git(repo, "checkout", "-q", root, "--", ".")  # the project as copied: every stack valid
-    for extra in ("Pulumi.lab.yaml", "Pulumi.bad name.yaml"):
+    for extra in ("Pulumi.lab.yaml", "Pulumi.bad name.yaml", "Pulumi.a`b\x1b.yaml"):
         (repo / extra).unlink(missing_ok=True)
     stack = repo / "Pulumi.kubevirt.yaml"
     good = stack.read_text()
