@@ -126,12 +126,16 @@ def test_a_preflight_with_problems_is_refused() -> None:
     ]
 
 
-def build(make: Callable[[pulumi.ResourceOptions], object], provider: pulumi.ProviderResource) -> tuple[Recording, str]:
-    """Run ``make`` with ``provider`` and a dependency in its opts; the recording and the dependency's URN."""
+def build(
+    make: Callable[[pulumi.ResourceOptions], object], provider: Callable[[], pulumi.ProviderResource]
+) -> tuple[Recording, str]:
+    """Run ``make`` with the provider ``provider()`` makes and a dependency in its opts; the recording and the
+    dependency's URN. The provider registers inside the program, where the mocks are (outside, an older SDK's
+    registration fails unless an earlier test left its mocks behind)."""
 
     def program() -> None:
         before = command.local.Command("before", command.local.CommandArgs(create="true"))
-        make(pulumi.ResourceOptions(provider=provider, depends_on=[before]))
+        make(pulumi.ResourceOptions(provider=provider(), depends_on=[before]))
 
     rec = run(program)
     return rec, rec.named("before").urn
@@ -160,8 +164,7 @@ def test_the_provider_and_dependencies_come_through_opts(
     what: str, make: Callable[[pulumi.ResourceOptions], object], provider: str, first: list[str]
 ) -> None:
     name = provider.rpartition("::")[2]
-    given = command.Provider(name) if provider == CMD else proxmoxve.Provider(name)
-    rec, before = build(make, given)
+    rec, before = build(make, lambda: command.Provider(name) if provider == CMD else proxmoxve.Provider(name))
     custom = [r for r in rec.resources if r.custom and r.name != "before" and not r.type.startswith("pulumi:providers")]
     assert custom, what
     assert all(r.provider.endswith(provider) for r in custom), [(r.name, r.provider) for r in custom]
@@ -173,7 +176,7 @@ def test_the_gates_group_hands_the_callers_provider_to_every_gate_and_waits_once
     target = GateTarget(resources={"nvidia.com/gpu": 1}, host="10.0.0.5", user="ubuntu")
     rec, before = build(
         lambda o: NodeCapacityGates("gates", NodeCapacityGatesArgs(targets={"a": target, "b": target}, ssh_private_key=None), o),
-        command.Provider("ssh"),
+        lambda: command.Provider("ssh"),
     )  # fmt: skip
     checks = rec.of_type("command:remote:Command")
     assert sorted(c.name for c in checks) == ["gates-a-capacity-check", "gates-b-capacity-check"]
