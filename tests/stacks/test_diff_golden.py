@@ -312,17 +312,8 @@ def check_golden(name: str, suffix: str, actual: str) -> None:
         pytest.fail(f"the diff output changed (PGC_UPDATE_GOLDEN=1 rewrites the file after review):\n{delta}")
 
 
-RANDOM_SECRET_FINGERPRINTS = pytest.mark.xfail(
-    strict=True,
-    reason="engineer B: the impact line of a changed secret input prints its fingerprints, keyed with a random "
-    "key per run, so this output differs on every run (test_diff_golden_checks.py: a secret shows only as changed)",
-)
-
-
 @pytest.mark.parametrize("suffix", list(FORMATS))
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=RANDOM_SECRET_FINGERPRINTS) if n == "renumber-host" else n for n in SCENARIOS]
-)
+@pytest.mark.parametrize("name", list(SCENARIOS))
 def test_golden(planner: Planner, name: str, suffix: str) -> None:
     actual = getattr(planner.outputs(name), suffix)
     # reproducible in any checkout: no temporary path, no absolute path of this checkout, no timestamp

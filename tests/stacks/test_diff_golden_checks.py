@@ -210,10 +210,6 @@ def test_smoke_test_image_replaces_the_job(planner: Planner) -> None:
     assert shows_change(out.txt, "cuda:12.8.1-base", "cuda:12.9.1-base")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engineer A: every secure: value plans as the same placeholder, so a rotated secret changes nothing",
-)
 def test_a_rotated_secret_shows_as_changed_never_as_its_value(planner: Planner) -> None:
     out = planner.outputs("rotate-join-token")
     joins = {f"cluster-{w}-bootstrap-join" for w in WORKERS}
@@ -273,17 +269,7 @@ def test_a_node_agent_change_names_the_steps_that_run_it_again(code_planner: Cod
     assert drained(out.txt) == set()  # a capacity gate only reads the node
 
 
-SECRET_FINGERPRINT_IN_IMPACT = pytest.mark.xfail(
-    strict=True,
-    reason="engineer B: plan_impact's 'runs again (connection ...)' shows the secret's keyed fingerprints, not "
-    "'changed (secret)' (and they change with the random key of every run, so the output is not reproducible)",
-)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=SECRET_FINGERPRINT_IN_IMPACT) if n == "renumber-host" else n for n in SCENARIOS],
-)
+@pytest.mark.parametrize("name", list(SCENARIOS))
 def test_a_secret_shows_only_as_changed(planner: Planner, name: str) -> None:
     """No rendering prints a secret's fingerprint: the fingerprints are keyed with a random key per diff, for
     comparing, never for showing (the reader gets "changed (secret)")."""
