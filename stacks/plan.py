@@ -52,6 +52,7 @@ from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
 from proxmox_gpu_cluster.stacks.cli_checks import OneLineParser, check_plan_arguments, printable
 from proxmox_gpu_cluster.stacks.config import PROJECT, InvalidStackConfig
 from proxmox_gpu_cluster.stacks.plan_compare import diff_sides
+from proxmox_gpu_cluster.stacks.plan_context import spec_view
 from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff
 from proxmox_gpu_cluster.stacks.plan_files import example_manifests, tree_order, write_inputs
 from proxmox_gpu_cluster.stacks.plan_inputs import InputError, Program, find_program, read_inputs
@@ -124,6 +125,8 @@ def plan_document(
         "agent": agent_summary(),
     }
     clusters = clusters_of(spec)
+    if clusters:  # the spec as validated, so a diff can say which fields changed (plan_context.py); no secrets
+        document["specs"] = spec_view([(c.namespace, c.spec) for c in clusters])
     if len(clusters) == 1:
         document["disruption"] = disruption(clusters[0].spec)
     elif clusters:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxmox_gpu_cluster.render.agent_bundle import STEP_PATH
+from proxmox_gpu_cluster.stacks.plan_context import context_of, spec_changes
 from proxmox_gpu_cluster.stacks.plan_engine import dependent_replacements, effective, engine_urns, protection
 from proxmox_gpu_cluster.stacks.plan_values import MISSING, escaped, reason_note, secret_line, value_lines
 
@@ -211,8 +212,11 @@ def _true(value: Any) -> bool:
     return value is True or value == "true"  # provider inputs arrive as strings (JSON-encoded by the SDK)
 
 
-def _updated(urn: str, old: Mapping[str, Any], new: Mapping[str, Any], provider: Mapping[str, Any]) -> Change | None:
-    """The update or replace of one resource in both plans, None when no input that reaches the provider changed."""
+def _updated(
+    urn: str, old: Mapping[str, Any], new: Mapping[str, Any], provider: Mapping[str, Any], context: str = ""
+) -> Change | None:
+    """The update or replace of one resource in both plans, None when no input that reaches the provider changed;
+    ``context``: the spec changes behind it, the reason a changed secret shows when nothing else of it changed."""
     options, type_ = new.get("options", {}), new["type"]
     ignored = options.get("ignoreChanges", [])
     found = [
@@ -227,7 +231,7 @@ def _updated(urn: str, old: Mapping[str, Any], new: Mapping[str, Any], provider:
     reasons = tuple(path_text(parts) for parts, _, _ in found if any(_matches(parts, f, overlap=True) for f in forced))
     bundle = _bundle_change(old, new)
     secrets = [path_text(parts) for parts, b, a in found if secret_line("", b, a) is not None]
-    note = reason_note(paths, secrets, bundle)
+    note = reason_note(paths, secrets, bundle) or context
     values: list[str] = []
     for parts, b, a in found:
         lines = value_lines(path_text(parts), b, a)
@@ -277,10 +281,12 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
     old = {r["urn"]: r for r in before["resources"]}
     new = {r["urn"]: r for r in after["resources"]}
     changes: dict[str, Change] = {}
+    spec = spec_changes(before, after)
     for urn, r in new.items():
+        provider = new.get(r.get("provider") or "", {}).get("inputs", {})
         if urn not in old:
             changes[urn] = Change(urn, r["type"], r["name"], "add")
-        elif (change := _updated(urn, old[urn], r, new.get(r.get("provider") or "", {}).get("inputs", {}))) is not None:
+        elif (change := _updated(urn, old[urn], r, provider, context_of(r["name"], spec))) is not None:
             changes[urn] = change
     _replaced_with(changes, old, new)
     for urn, change in changes.items():
