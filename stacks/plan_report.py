@@ -14,6 +14,7 @@ may restart, with the input that changed.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -126,10 +127,30 @@ def render_diff(
     if not markdown:
         what = ["", "What it does to the nodes:", *(f"  {line}" for line in effects)] if effects else []
         return "\n".join([*lines, *what, "", *rows]) + "\n"
-    what = ["", "#### What it does to the nodes", "", *(f"- {line}" for line in effects)] if effects else []
-    head = ["### Offline plan diff", "", *(f"- {line}" for line in lines), *what, ""]
-    body = ["<details><summary>Resources</summary>", "", "```diff", *rows, "```", "", "</details>"]
+    items = [f"- {markdown_text(line)}" for line in effects]
+    what = ["", "#### What it does to the nodes", "", *items] if effects else []
+    head = ["### Offline plan diff", "", *(f"- {markdown_text(line)}" for line in lines), *what, ""]
+    body = ["<details><summary>Resources</summary>", "", code_block(rows, "diff"), "", "</details>"]
     return "\n".join([*head, *body]) + "\n"
+
+
+_MARKDOWN = re.compile(r"[\\`*_\[\]<>&|#~]|@(?=\w)")
+
+
+def markdown_text(line: str) -> str:
+    """A line of plain text as GitHub markdown shows it literally: its punctuation escaped, ``<``/``>``/``&`` as
+    entities (no HTML, no comment that hides the rest), ``@name`` not a mention. Values in a diff come from the
+    stack file, which a pull request's author writes."""
+    entities = {"<": "&lt;", ">": "&gt;", "&": "&amp;", "@": "&#64;"}
+    return _MARKDOWN.sub(lambda m: entities.get(m[0], "\\" + m[0]), line)
+
+
+def code_block(lines: Sequence[str], info: str = "") -> str:
+    """``lines`` as a fenced code block no line of them can close (a fence longer than any run of backticks)."""
+    text = "\n".join(lines)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
 
 
 def _names(names: Sequence[str]) -> str:

@@ -32,6 +32,7 @@ from pathlib import Path
 from proxmox_gpu_cluster.core.input_safety import escape_lines
 from proxmox_gpu_cluster.stacks.cli_checks import GIT_REVISION, OneLineParser
 from proxmox_gpu_cluster.stacks.plan_compare import package_shim
+from proxmox_gpu_cluster.stacks.plan_report import code_block
 
 MARKER = "<!-- proxmox-gpu-cluster:offline-diff -->"
 """First line of the comment: how the workflow finds the comment it posted before (and only that one)."""
@@ -105,10 +106,7 @@ def program_changed(repo: Path, base: str) -> list[str]:
 
 def fenced(lines: Sequence[str]) -> str:
     """``lines`` (escaped) as a code block no line of them can close."""
-    text = "\n".join(escape_lines(lines))
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
+    return code_block(escape_lines(lines), "text")
 
 
 def plan_stack(project: Path, stack: str, base: str, env: dict[str, str]) -> Section:

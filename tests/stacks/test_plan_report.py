@@ -11,7 +11,7 @@ import yaml
 
 from proxmox_gpu_cluster.stacks.plan import main
 from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff
-from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff, summary
+from proxmox_gpu_cluster.stacks.plan_report import code_block, diff_document, markdown_text, render_diff, summary
 from tests.stacks.test_plan_impact import prod_before, prod_document, worker
 from tests.support import ROOT
 
@@ -88,3 +88,19 @@ def test_the_cli_diff_reports_the_impact(tmp_path: Path, capsys: pytest.CaptureF
     assert [(c["worker"], c["before"], c["after"]) for c in impact["capacity"]] == [("gpu-a10-a", 8, 16)]
     assert main(argv) == 0
     assert "  gpu-a10-a: nvidia.com/gpu 8 → 16" in capsys.readouterr().out.splitlines()
+
+
+def test_markdown_shows_stack_file_text_literally_never_as_markup() -> None:
+    hostile = "<!-- hide --> **bold** `code` [link](x) | cell @octocat & _x_ #1 ~y~ \\n"
+    shown = markdown_text(hostile)
+    assert "<" not in shown and ">" not in shown and "@octocat" not in shown
+    assert "&lt;!-- hide --&gt;" in shown and "&#64;octocat" in shown and "&amp;" in shown
+    assert "\\*\\*bold\\*\\*" in shown and "\\`code\\`" in shown and "\\[link\\]" in shown and "\\|" in shown
+    assert markdown_text("gpu-a10-a: nvidia.com/gpu 8 → 16") == "gpu-a10-a: nvidia.com/gpu 8 → 16"
+
+
+def test_a_code_block_cannot_be_closed_by_its_lines() -> None:
+    block = code_block(["a", "``` closed?", "`````"], "diff")
+    fence = block.splitlines()[0].removesuffix("diff")
+    assert set(fence) == {"`"} and len(fence) == 6 and block.endswith("\n" + fence)
+    assert code_block(["plain"]) == "```\nplain\n```"
