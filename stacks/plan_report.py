@@ -61,6 +61,7 @@ def summary(
             c.name for c in changes if c.type == "kubernetes:core/v1:ConfigMap" and c.action == "replace"
         ),
         "agentSteps": agent_steps(changes, prefix),
+        "willFail": sorted(c.name.removeprefix(prefix) for c in changes if c.fails),
         "impact": impact(before, after, changes, prefix) if before is not None and after is not None else None,
     }
 
@@ -108,7 +109,13 @@ def render_diff(
         rolled = f"no GPU node drained through a rollout slot; drained to be retired: {', '.join(retired)}"
     else:
         rolled = "no GPU node drained"
+    failing = (
+        [f"WILL FAIL at pulumi up ({len(s['willFail'])} resource(s), see their rows): {', '.join(s['willFail'])}"]
+        if s["willFail"]
+        else []
+    )
     lines = [
+        *failing,
         f"{s['added']} to add, {s['updated']} to update, {s['replaced']} to replace, {s['removed']} to remove",
         f"Proxmox hosts whose host prep runs again (may reboot, per rebootPolicy): {_names(s['hostPrepRuns'])}",
         f"VMs replaced or destroyed: {_names(s['vmsReplacedOrDestroyed'])}",

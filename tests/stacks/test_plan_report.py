@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from proxmox_gpu_cluster.stacks.plan import main
-from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff
+from proxmox_gpu_cluster.stacks.plan_diff import Change, cluster_prefix, diff
 from proxmox_gpu_cluster.stacks.plan_report import code_block, diff_document, markdown_text, render_diff, summary
 from tests.stacks.test_plan_impact import prod_before, prod_document, worker
 from tests.support import ROOT
@@ -104,3 +104,14 @@ def test_a_code_block_cannot_be_closed_by_its_lines() -> None:
     fence = block.splitlines()[0].removesuffix("diff")
     assert set(fence) == {"`"} and len(fence) == 6 and block.endswith("\n" + fence)
     assert code_block(["plain"]) == "```\nplain\n```"
+
+
+def test_a_change_that_will_fail_leads_the_summary_in_every_form() -> None:
+    failing = Change("u1", "proxmoxve:index/vmLegacy:VmLegacy", "cluster-gpu-a-vm", "remove", fails=("will fail: x",))
+    fine = Change("u2", "kubernetes:core/v1:ConfigMap", "cluster-cm", "update", ("data",))
+    text = render_diff([failing, fine], 1, "cluster-")
+    assert text.splitlines()[0] == "WILL FAIL at pulumi up (1 resource(s), see their rows): gpu-a-vm"
+    markdown = render_diff([failing, fine], 1, "cluster-", markdown=True).splitlines()
+    assert markdown[2].startswith("- WILL FAIL at pulumi up")
+    assert diff_document([failing, fine], 1, "cluster-")["summary"]["willFail"] == ["gpu-a-vm"]
+    assert "WILL FAIL" not in render_diff([fine], 1, "cluster-")
