@@ -110,7 +110,12 @@ def render_diff(
     else:
         rolled = "no GPU node drained"
     failing = (
-        [f"WILL FAIL at pulumi up ({len(s['willFail'])} resource(s), see their rows): {', '.join(s['willFail'])}"]
+        [
+            # The engine refuses such a step when it reaches it (pulumi v3.259.0 step.go, step_generator.go): what
+            # ran before it is applied, so an approved change can leave a half-done up.
+            f"WILL FAIL at pulumi up ({len(s['willFail'])} resource(s), see their rows; the up stops there, after "
+            f"applying what ran before): {', '.join(s['willFail'])}"
+        ]
         if s["willFail"]
         else []
     )
