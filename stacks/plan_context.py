@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from proxmox_gpu_cluster.stacks.plan_values import escaped
+from proxmox_gpu_cluster.core.input_safety import escape_controls
 
 SHOWN = 3
 """Spec changes named beside one resource; more are counted."""
@@ -50,7 +50,7 @@ def _short(value: Any) -> str:
     """A spec value on one line: a string as written, anything else as JSON; escaped, cut after 60 characters."""
     if value is None:
         return "(none)"
-    text = escaped(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True))
+    text = escape_controls(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True))
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from proxmox_gpu_cluster.core.input_safety import escape_controls
 from proxmox_gpu_cluster.render.agent_bundle import STEP_PATH
 from proxmox_gpu_cluster.stacks.plan_context import context_of, spec_changes
 from proxmox_gpu_cluster.stacks.plan_engine import dependent_replacements, effective, engine_urns, protection
-from proxmox_gpu_cluster.stacks.plan_values import MISSING, escaped, reason_note, secret_line, value_lines
+from proxmox_gpu_cluster.stacks.plan_values import MISSING, reason_note, secret_line, value_lines
 
 # Input paths (Pulumi property-path syntax) whose change makes the provider replace the resource. Sources read:
 # - bpg/terraform-provider-proxmox v0.111.1 (what pulumi-proxmoxve bridges): proxmoxtf/resource/vm/vm.go (VM:
@@ -157,7 +158,7 @@ def path_text(parts: Sequence[Part]) -> str:
         elif _PLAIN_KEY.fullmatch(part):
             text += f".{part}" if text else part
         else:
-            text += f"[{escaped(json.dumps(part, ensure_ascii=False))}]"
+            text += f"[{escape_controls(json.dumps(part, ensure_ascii=False))}]"
     return text or "(all)"
 
 

@@ -18,9 +18,10 @@ import json
 import os
 import re
 import secrets
-import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from proxmox_gpu_cluster.core.input_safety import escape_controls
 
 SECRET_KEY_ENV = "PGC_SECRET_DIGEST_KEY"  # noqa: S105 (the variable's name, not a key)
 """Environment variable with the hex key both plans of a diff fingerprint their secrets with."""
@@ -55,19 +56,6 @@ def new_digest_key() -> bytes:
     return secrets.token_bytes(32)
 
 
-def escaped(text: str) -> str:
-    """``text`` with every control, format and separator character as an escape (``\\x1b``, ``\\u202e``)."""
-    out = []
-    for ch in text:
-        if ch == "\t":
-            out.append("\\t")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
-            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
 def is_secret(value: Any) -> bool:
     """Whether a redacted plan value is a secret (``[secret]`` or its fingerprint)."""
     return isinstance(value, str) and (value == "[secret]" or _FINGERPRINT.fullmatch(value) is not None)
@@ -79,7 +67,7 @@ def show(value: Any) -> str:
         return "(none)"
     if value == "[unknown]":  # an output of another resource the mock engine cannot know (pulumi preview: output<…>)
         return "(known after apply)"
-    text = escaped(json.dumps(value, sort_keys=True, separators=(", ", ": "), ensure_ascii=False, default=str))
+    text = escape_controls(json.dumps(value, sort_keys=True, separators=(", ", ": "), ensure_ascii=False, default=str))
     return text if len(text) <= INLINE else f"{text[:INLINE]}… ({len(text) - INLINE} more chars)"
 
 
@@ -121,7 +109,7 @@ def value_lines(path: str, old: Any, new: Any) -> list[str]:
     diff = list(difflib.unified_diff(before, after, lineterm="", n=1))[2:]  # no ---/+++ header
     if len(before) <= 1 and len(after) <= 1:
         diff = diff[1:]  # one line each: the @@ hunk header says nothing
-    shown = [f"  {escaped(line)}" for line in diff[:DIFF_LINES]]
+    shown = [f"  {escape_controls(line)}" for line in diff[:DIFF_LINES]]
     cut = len(diff) - len(shown)
     return [f"{path}:", *shown, *([f"  … {cut} more diff lines cut"] if cut else [])]
 
