@@ -53,11 +53,13 @@ class BaseRevisionError(InputError):
         self.lines = list(lines)
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``git -C repo args``, its output as text, never raising for git's exit code."""
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
 
 
-def _last_line(proc: subprocess.CompletedProcess[str]) -> str:
+def git_said(proc: subprocess.CompletedProcess[str]) -> str:
+    """The last line git wrote to stderr (what went wrong), or its exit code."""
     lines = proc.stderr.strip().splitlines()
     return lines[-1] if lines else f"git exited with {proc.returncode}"
 
@@ -67,10 +69,10 @@ def repository_of(ref: str, path: Path) -> tuple[Path, str]:
     not a repository, not a commit)."""
     if ref.startswith("-"):
         raise InputError(f"--diff-base {ref}: expected a git revision")
-    top = _git(path.parent, "rev-parse", "--show-toplevel")
+    top = git(path.parent, "rev-parse", "--show-toplevel")
     if top.returncode:
-        raise InputError(f"--diff-base {ref}: {path.parent} is not in a git repository ({_last_line(top)})")
-    commit = _git(path.parent, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+        raise InputError(f"--diff-base {ref}: {path.parent} is not in a git repository ({git_said(top)})")
+    commit = git(path.parent, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     if commit.returncode:
         raise InputError(f"--diff-base {ref}: no such commit in {top.stdout.strip()}")
     return Path(top.stdout.strip()).resolve(), commit.stdout.strip()
@@ -90,14 +92,14 @@ def worktree(repo: Path, commit: str) -> Iterator[Path]:
     main_thread = threading.current_thread() is threading.main_thread()  # only it may set signal handlers
     previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
-        added = _git(repo, "worktree", "add", "--detach", "--quiet", str(tree), commit)
+        added = git(repo, "worktree", "add", "--detach", "--quiet", str(tree), commit)
         if added.returncode:
-            raise InputError(f"--diff-base {commit[:12]}: git worktree add failed: {_last_line(added)}")
+            raise InputError(f"--diff-base {commit[:12]}: git worktree add failed: {git_said(added)}")
         yield tree
     finally:
-        _git(repo, "worktree", "remove", "--force", str(tree))
+        git(repo, "worktree", "remove", "--force", str(tree))
         shutil.rmtree(scratch, ignore_errors=True)
-        _git(repo, "worktree", "prune")
+        git(repo, "worktree", "prune")
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
 
@@ -196,7 +198,7 @@ def base_document(ref: str, stack: str, path: Path, program: Program, *, options
         relative = path.resolve().relative_to(top)
     except ValueError:
         raise InputError(f"--diff-base {ref}: {path} is not inside {top}") from None
-    if _git(top, "cat-file", "-e", f"{commit}:{relative.as_posix()}").returncode:
+    if git(top, "cat-file", "-e", f"{commit}:{relative.as_posix()}").returncode:
         return empty_document(program.project, stack), f"new stack: {relative} does not exist at {ref}"
     try:
         main = program.main.resolve().relative_to(top)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from proxmox_gpu_cluster.core.input_safety import escape_lines
 from proxmox_gpu_cluster.stacks.cli_checks import GIT_REVISION, OneLineParser
-from proxmox_gpu_cluster.stacks.plan_compare import package_shim
+from proxmox_gpu_cluster.stacks.plan_compare import git, git_said, package_shim
 from proxmox_gpu_cluster.stacks.plan_report import code_block
 
 MARKER = "<!-- proxmox-gpu-cluster:offline-diff -->"
@@ -60,10 +60,9 @@ class Section:
 
 
 def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    proc = git(repo, *args)
     if proc.returncode:
-        said = proc.stderr.strip().splitlines() or [f"git exited with {proc.returncode}"]
-        raise CheckoutError(f"git {args[0]}: {said[-1]}")
+        raise CheckoutError(f"git {args[0]}: {git_said(proc)}")
     return proc.stdout
 
 
