@@ -5,9 +5,12 @@ BIN    := $(VENV)/bin
 STACK  ?= dev
 STAMP  := $(VENV)/.installed
 
-.PHONY: plan test test-all test-minimum lint typecheck unit bench clean FORCE
+.PHONY: plan test test-all test-minimum lint typecheck unit bench clean tools tools-path FORCE
 # What the unit tests select: the fast ones by default; `make test-all` (and CI) run the slow ones too.
 PYTEST_ARGS ?= -m "not slow"
+# One test process per core (pytest-xdist): the suite is mostly scripts in subprocesses, one core each. `-p no:xdist`
+# in PYTEST_ARGS, or PYTEST_WORKERS=, runs it in one process.
+PYTEST_WORKERS ?= -n auto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +50,7 @@ typecheck: $(STAMP)
 	for f in __main__.py $(wildcard examples/*/__main__.py); do $(BIN)/mypy "$$f" || exit 1; done
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 ## The test suite once more against the declared dependency floors (constraints/minimum.txt), in .venv-minimum.
 test-minimum: | $(BIN)/python
@@ -55,7 +58,7 @@ test-minimum: | $(BIN)/python
 	.venv-minimum/bin/python -m pip install --quiet --upgrade pip
 	.venv-minimum/bin/python -m pip install --quiet -c constraints/minimum.txt -e '.[test]' --config-settings editable_mode=strict
 	.venv-minimum/bin/python -m pip list --format=freeze | grep -iE '^(pulumi|pydantic|pyyaml)'
-	.venv-minimum/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	.venv-minimum/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=strict
 
 ## Offline-plan scale benchmark (prints wall time and peak memory for 1..1000 workers).
@@ -64,3 +67,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .venv-minimum build .pytest_cache .mypy_cache .ruff_cache
+
+## The real tools the tests run (Go builds and Debian binaries at pinned versions), into a cache outside the clone;
+## a second run takes seconds. `make -s tools-path` prints the folder that holds them (bin/ inside).
+tools:
+	bash tools/tools.sh build
+
+tools-path:
+	@bash tools/tools.sh path

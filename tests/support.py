@@ -6,6 +6,7 @@ import copy
 import importlib.util
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -36,6 +37,20 @@ def external(path: Path, what: str, install: str) -> Path:
     if os.environ.get("PGC_REQUIRE_EXTERNAL"):
         pytest.fail(f"{message} (CI must provide it)")
     pytest.skip(message)
+
+
+def tools_dir() -> Path:
+    """The cache of the real tools the tests run (``make -s tools-path``), outside the clone."""
+    return Path(
+        subprocess.run(
+            ["bash", str(ROOT / "tools" / "tools.sh"), "path"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+
+
+def built_tool(name: str) -> Path:
+    """A tool ``make tools`` builds (tools/recipes/): skipped with the reason where it was not built, required in CI."""
+    return external(tools_dir() / "bin" / name, f"{name} (built by make tools)", "build it with: make tools")
 
 
 def shared_reference(tag: str, name: str) -> Path:
