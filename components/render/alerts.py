@@ -185,16 +185,23 @@ USAGE_FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
 
 
 def usage_rules() -> list[dict[str, Any]]:
-    """Recording rules for GPU use per namespace (level:metric:operation names, Prometheus' rule naming). They
-    read the namespace dcgm-exporter gives the series of a GPU a pod uses, kept by the ServiceMonitor's honorLabels;
-    a GPU no pod uses has no namespace and is left out."""
-    used = '{namespace!=""}'
+    """Recording rules for GPU use per namespace (level:metric:operation names, Prometheus' rule naming).
+
+    dcgm-exporter labels the series of a GPU a pod uses with that pod's ``namespace`` and ``pod``; the series of
+    an idle GPU has neither. The ServiceMonitor's ``honorLabels`` keeps the exporter's labels, and Prometheus then
+    gives every series that lacks a target label the target's own (prometheus ``scrape/scrape.go``,
+    ``mutateSampleLabels``): the exporter pod's ``namespace`` and ``pod``, which prometheus-operator sets on every
+    ServiceMonitor target (``generateServiceMonitorConfig``). So an idle GPU carries the exporter's namespace and
+    pod, exactly those of its ``up`` series, and ``unless on (namespace, pod) up`` leaves it out; a GPU a pod uses,
+    even one in the exporter's namespace, keeps a pod of its own and counts."""
+    used = f"unless on (namespace, pod) up{{job={promql_string(EXPORTER_JOB)}}}"
     return [
-        {"record": "namespace:nvidia_gpu_in_use:count", "expr": f"count by (namespace) (DCGM_FI_DEV_FB_USED{used})"},
+        {"record": "namespace:nvidia_gpu_in_use:count",
+         "expr": f"count by (namespace) (DCGM_FI_DEV_FB_USED {used})"},
         {"record": "namespace:nvidia_gpu_utilization_percent:avg",
-         "expr": f"avg by (namespace) (DCGM_FI_DEV_GPU_UTIL{used})"},
+         "expr": f"avg by (namespace) (DCGM_FI_DEV_GPU_UTIL {used})"},
         {"record": "namespace:nvidia_gpu_framebuffer_used_mib:sum",
-         "expr": f"sum by (namespace) (DCGM_FI_DEV_FB_USED{used})"},
+         "expr": f"sum by (namespace) (DCGM_FI_DEV_FB_USED {used})"},
     ]  # fmt: skip
 
 

@@ -205,28 +205,96 @@ def test_the_monitoring_docs_list_every_alert_and_default_metric() -> None:
     assert all(f"`{metric}`" in docs for metric in DEFAULT_FIELDS)
 
 
-def test_usage_rules_sum_gpu_use_per_namespace_as_promtool_evaluates_them(tmp_path: Path) -> None:
-    # Three GPUs: two used by pods of team-a, one idle (no namespace label from dcgm-exporter): the idle one counts
-    # nowhere. The rules read only fields the alert rules already require.
-    assert set(USAGE_FIELDS) <= set(ALERT_FIELDS)
+# The labels a scrape of dcgm-exporter through the ServiceMonitor really gives a series. prometheus-operator sets
+# namespace, pod, container, service and endpoint on every ServiceMonitor target (generateServiceMonitorConfig), the
+# ServiceMonitor sets job and instance; with honorLabels Prometheus adds each of them to every series lacking it
+# (prometheus scrape/scrape.go, mutateSampleLabels). dcgm-exporter itself sets namespace, pod and container only
+# on the series of a GPU a pod uses (its Kubernetes mapping).
+OPERATOR_NAMESPACE = "gpu-operator"
+TARGET = {"job": EXPORTER_JOB, "instance": "gpu-a", "namespace": OPERATOR_NAMESPACE, "pod": "nvidia-dcgm-exporter-x7k2p",
+          "container": "nvidia-dcgm-exporter", "service": "nvidia-dcgm-exporter", "endpoint": "gpu-metrics"}  # fmt: skip
+
+
+def scraped(exporter: dict[str, str]) -> dict[str, str]:
+    """A series' labels once scraped with honorLabels: the exporter's, then the target's where the exporter set none."""
+    return {**TARGET, **exporter}
+
+
+def usage_test(
+    tmp_path: Path,
+    gpus: list[tuple[dict[str, str], str, str]],
+    expect: dict[str, dict[str, float]],
+    rules: list[dict[str, Any]] | None = None,
+) -> str:
+    """promtool's verdict (empty: passed) on the recording rules (``rules``, or the stack's) fed ``gpus`` as
+    (exporter labels, GPU_UTIL values, FB_USED values), scraped through the ServiceMonitor, expecting ``expect``:
+    rule -> namespace -> value."""
     usage = prometheus_rule_spec(AlertsSpec(), exporter_nodes=NODES, row_remapping=True)["groups"][1]
-    assert usage["name"] == USAGE_GROUP and usage["rules"] == usage_rules()
-    for rule in usage["rules"]:
-        assert promql_metrics(rule["expr"]) <= set(USAGE_FIELDS), rule["record"]
+    if rules is not None:
+        usage = {**usage, "rules": rules}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [usage]}))
-    gpus = [({**GPU, "gpu": "0", "namespace": "team-a"}, "60x10", "1000x10"),
-            ({**GPU, "gpu": "1", "namespace": "team-a"}, "20x10", "3000x10"),
-            ({**GPU, "gpu": "2"}, "0x10", "0x10")]  # fmt: skip
-    inputs = [s for labels, util, fb in gpus for s in (series("DCGM_FI_DEV_GPU_UTIL", util, labels),
-                                                         series("DCGM_FI_DEV_FB_USED", fb, labels))]  # fmt: skip
-    expect = {"namespace:nvidia_gpu_in_use:count": 2, "namespace:nvidia_gpu_utilization_percent:avg": 40,
-              "namespace:nvidia_gpu_framebuffer_used_mib:sum": 4000}  # fmt: skip
-    checks = [{"expr": name, "eval_time": "5m", "exp_samples": [{"labels": f'{name}{{namespace="team-a"}}',
-                                                                 "value": value}]}
-              for name, value in expect.items()]  # fmt: skip
+    inputs = [series("up", "1x10", TARGET)]
+    for labels, util, fb in gpus:
+        inputs += [
+            series("DCGM_FI_DEV_GPU_UTIL", util, scraped(labels)),
+            series("DCGM_FI_DEV_FB_USED", fb, scraped(labels)),
+        ]
+    checks = [{"expr": name, "eval_time": "5m",
+               "exp_samples": [{"labels": f'{name}{{namespace="{ns}"}}', "value": v} for ns, v in values.items()]}
+              for name, values in expect.items()]  # fmt: skip
     test = {"interval": "1m", "input_series": inputs, "promql_expr_test": checks}
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "tests": [test]}))
     result = subprocess.run(
         [str(promtool()), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
+GPU_A = {**GPU, "gpu": "0", "namespace": "team-a", "pod": "train-0", "container": "main"}
+GPU_B = {**GPU, "gpu": "1", "namespace": "team-a", "pod": "train-1", "container": "main"}
+IDLE = {**GPU, "gpu": "2"}
+
+
+def test_usage_rules_sum_gpu_use_per_namespace_as_promtool_evaluates_them(tmp_path: Path) -> None:
+    # Three GPUs: two used by pods of team-a, one idle, which the scrape labels with the exporter's own namespace
+    # and pod: it counts nowhere, not in gpu-operator. The rules read only fields the alert rules already require.
+    assert set(USAGE_FIELDS) <= set(ALERT_FIELDS)
+    usage = prometheus_rule_spec(AlertsSpec(), exporter_nodes=NODES, row_remapping=True)["groups"][1]
+    assert usage["name"] == USAGE_GROUP and usage["rules"] == usage_rules()
+    for rule in usage["rules"]:
+        assert promql_metrics(rule["expr"]) <= {*USAGE_FIELDS, "up"}, rule["record"]
+    gpus = [(GPU_A, "60x10", "1000x10"), (GPU_B, "20x10", "3000x10"), (IDLE, "0x10", "0x10")]
+    expect = {"namespace:nvidia_gpu_in_use:count": {"team-a": 2},
+              "namespace:nvidia_gpu_utilization_percent:avg": {"team-a": 40},
+              "namespace:nvidia_gpu_framebuffer_used_mib:sum": {"team-a": 4000}}  # fmt: skip
+    assert usage_test(tmp_path, gpus, expect) == ""
+
+
+def test_usage_rules_count_a_pod_in_the_exporters_own_namespace(tmp_path: Path) -> None:
+    # A workload (the operator's validator, say) in the operator's namespace uses a GPU: a pod other than the
+    # exporter's, so it counts there; the idle GPU beside it still does not.
+    validator = {
+        **GPU,
+        "gpu": "1",
+        "namespace": OPERATOR_NAMESPACE,
+        "pod": "nvidia-cuda-validator-abc",
+        "container": "c",
+    }
+    gpus = [(GPU_A, "60x10", "1000x10"), (validator, "10x10", "500x10"), (IDLE, "0x10", "0x10")]
+    expect = {"namespace:nvidia_gpu_in_use:count": {"team-a": 1, OPERATOR_NAMESPACE: 1}}
+    assert usage_test(tmp_path, gpus, expect) == ""
+
+
+def test_usage_test_would_catch_rules_that_count_idle_gpus(tmp_path: Path) -> None:
+    # The realistic input makes the test able to fail: selecting on a non-empty namespace (the earlier rules) counts
+    # the idle GPU, as scraped, in the exporter's namespace, and promtool says so.
+    gpus = [(GPU_A, "60x10", "1000x10"), (IDLE, "0x10", "0x10")]
+    naive = [
+        {
+            "record": "namespace:nvidia_gpu_in_use:count",
+            "expr": 'count by (namespace) (DCGM_FI_DEV_FB_USED{namespace!=""})',
+        }
+    ]
+    verdict = usage_test(tmp_path, gpus, {"namespace:nvidia_gpu_in_use:count": {"team-a": 1}}, naive)
+    assert f'namespace="{OPERATOR_NAMESPACE}"' in verdict, verdict
+    assert usage_test(tmp_path, gpus, {"namespace:nvidia_gpu_in_use:count": {"team-a": 1}}) == ""
