@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from proxmox_gpu_cluster.core.quoting import MAX_MESSAGE, MAX_PATH, bounded, shown
+
 
 @dataclass(frozen=True, order=True)
 class Problem:
@@ -18,6 +20,11 @@ class Problem:
     """Dotted path below the spec root, e.g. ``workers[1].gpus[0].mig``; empty for the root itself."""
     message: str
     """What is wrong and, where possible, what would be right."""
+
+    def __post_init__(self) -> None:
+        # However a rule quoted its input, a line never grows with it (quoting.py).
+        object.__setattr__(self, "path", bounded(self.path, MAX_PATH))
+        object.__setattr__(self, "message", bounded(self.message, MAX_MESSAGE))
 
     def render(self, root: str = "cluster") -> str:
         """``root.path: message``."""
@@ -104,7 +111,7 @@ def problems_from_validation_error(err: ValidationError, *, python: bool = False
         message = str(e["msg"]).removeprefix("Value error, ")
         if "[key]" in loc:
             prefix = format_loc(p for p in loc if p != "[key]")
-            message = f"key {e['input']!r}: {message}"
+            message = f"key {shown(e['input'])}: {message}"
         if e["type"] == "extra_forbidden":
             message = (
                 "unknown field (check the spelling)"

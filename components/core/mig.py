@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from proxmox_gpu_cluster.core.catalog import GpuModel, MigProfile
+from proxmox_gpu_cluster.core.quoting import shown
 
 if TYPE_CHECKING:  # nodes.py imports this module
     from proxmox_gpu_cluster.core.nodes import GpuNode
@@ -28,7 +29,7 @@ def place(model: GpuModel, geometry: Mapping[str, int]) -> dict[str, list[int]] 
     for name, count in geometry.items():
         profile = model.mig.profile(name)
         if profile is None:
-            raise ValueError(f"{model.key} has no MIG profile {name!r}")
+            raise ValueError(f"{model.key} has no MIG profile {shown(name)}")
         instances.extend([profile] * count)
     if sum(p.compute_slices for p in instances) > model.mig.compute_slices:
         return None
@@ -69,7 +70,7 @@ def mig_config_problems(model: GpuModel, config: str | Mapping[str, int]) -> lis
     if isinstance(config, str):
         named = model.named_mig_configs()
         if config not in named:
-            return [f"no MIG config {config!r} for {model.key} (known: {', '.join(named)})"]
+            return [f"no MIG config {shown(config)} for {model.key} (known: {', '.join(named)})"]
         return []
     if not config:
         return ["empty MIG geometry; use all-disabled to turn MIG off"]
@@ -85,7 +86,7 @@ def geometry_problems(model: GpuModel, geometry: Mapping[str, int]) -> list[str]
         profile = model.mig.profile(name)
         if profile is None:
             known = ", ".join(model.mig.profile_names)
-            problems.append(f"{model.key} has no MIG profile {name!r} (known: {known})")
+            problems.append(f"{model.key} has no MIG profile {shown(name)} (known: {known})")
         elif count < 1:
             problems.append(f"{name}: instance count must be at least 1, got {count}")
         elif count > profile.max_instances:

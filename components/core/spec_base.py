@@ -26,6 +26,7 @@ from pydantic_core import CoreSchema
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.errors import Problem, invalid_spec_model, problems_from_validation_error
+from proxmox_gpu_cluster.core.quoting import shown
 
 LINE_BREAKERS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
 """A regex character-class body: C0 and C1 control characters, DEL, and the Unicode line and paragraph separators
@@ -138,19 +139,19 @@ def with_string_shorthand(
 
 def known_model(key: str) -> str:
     if key not in CATALOG:
-        raise ValueError(f"unknown GPU model {key!r}; known: {', '.join(CATALOG)}")
+        raise ValueError(f"unknown GPU model {shown(key)}; known: {', '.join(CATALOG)}")
     return key
 
 
 def check_pci_path(value: str) -> str:
     if not re.fullmatch(PCI_PATH, value):
-        raise ValueError(f"expected a PCI path domain:bus:device without function, like 0000:41:00; got {value!r}")
+        raise ValueError(f"expected a PCI path domain:bus:device without function, like 0000:41:00; got {shown(value)}")
     return value.lower()
 
 
 def check_vendor_device(value: str) -> str:
     if not re.fullmatch(VENDOR_DEVICE, value):
-        raise ValueError(f"expected a PCI vendor:device id like 10de:20f1; got {value!r}")
+        raise ValueError(f"expected a PCI vendor:device id like 10de:20f1; got {shown(value)}")
     return value.lower()
 
 
@@ -166,13 +167,16 @@ def check_ip_or_cidr(value: str) -> str:
         return value
     address, slash, prefix = value.partition("/")
     if not slash:
-        raise ValueError(f"static address needs a prefix length (e.g. {value}/24)")
+        example = value if len(value) <= len("255.255.255.255") else "10.0.0.5"  # an IPv4 address, or junk
+        raise ValueError(f"static address needs a prefix length (e.g. {example}/24)")
     if not re.fullmatch(r"[0-9]{1,2}", prefix):
-        raise ValueError(f"expected a prefix length after '/', like 10.0.0.5/24; got {value!r} (no netmasks)")
+        raise ValueError(f"expected a prefix length after '/', like 10.0.0.5/24; got {shown(value)} (no netmasks)")
     try:
         iface = ipaddress.IPv4Interface(f"{address}/{int(prefix)}")
     except ValueError:
-        raise ValueError(f"expected 'dhcp' or an IPv4 address with prefix like 10.0.0.5/24, got {value!r}") from None
+        raise ValueError(
+            f"expected 'dhcp' or an IPv4 address with prefix like 10.0.0.5/24, got {shown(value)}"
+        ) from None
     if not MIN_STATIC_PREFIX <= iface.network.prefixlen <= MAX_STATIC_PREFIX:
         raise ValueError(f"prefix /{prefix}: use /{MIN_STATIC_PREFIX} to /{MAX_STATIC_PREFIX} for a static address")
     if iface.ip in (iface.network.network_address, iface.network.broadcast_address):
@@ -184,6 +188,7 @@ def check_ip_or_cidr(value: str) -> str:
 def check_unicast(value: str) -> str:
     """An address (``10.0.0.5`` or ``10.0.0.5/24``) a machine on the network can be reached at: not loopback,
     multicast, link-local, unspecified (``0.0.0.0``) or reserved (``240.0.0.0/4``, the broadcast address)."""
+    no_zone(value)
     ip = ipaddress.ip_interface(value).ip
     kinds = [
         ("loopback", ip.is_loopback),
@@ -224,18 +229,32 @@ def check_count_or_percent(value: object) -> object:
     raise ValueError(f"expected a count from 1 to {MAX_COUNT} or a percentage from 1% to 100%, got {shown}")
 
 
+def no_zone(value: str) -> str:
+    """Refuse an IPv6 zone id (``fe80::1%eth0``, RFC 4007 section 11): it names an interface of the machine that
+    reads the config, not an address another machine can be reached at, and Python's ``ipaddress`` (3.9+) would
+    otherwise accept it as an address."""
+    if "%" in value:
+        address = shown(value.split("%", 1)[0])
+        raise ValueError(
+            f"{address} carries an IPv6 zone id (%...), which names an interface of one machine; give the address "
+            "without it"
+        )
+    return value
+
+
 def check_ip(value: str) -> str:
+    no_zone(value)
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
-        raise ValueError(f"not an IP address: {value!r}") from None
+        raise ValueError(f"not an IP address: {shown(value)}") from None
 
 
 def check_ipv4(value: str) -> str:
     try:
         return str(ipaddress.IPv4Address(value))
     except ValueError:
-        raise ValueError(f"not an IPv4 address: {value!r}") from None
+        raise ValueError(f"not an IPv4 address: {shown(value)}") from None
 
 
 _HOST_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
@@ -243,7 +262,8 @@ DNS_NAME = rf"^{_HOST_LABEL}(\.{_HOST_LABEL})*$"
 
 
 def check_host(value: str) -> str:
-    """A DNS name (RFC 1123) or an IP address."""
+    """A DNS name (RFC 1123) or an IP address (without an IPv6 zone id)."""
+    no_zone(value)
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
@@ -262,6 +282,7 @@ def check_port(value: str, what: str) -> int:
 
 def check_api_endpoint(value: str) -> str:
     """``host:port`` (a DNS name or IPv4) or ``[IPv6]:port``, as kubeadm's ``apiServerEndpoint`` takes it."""
+    no_zone(value)
     match = re.fullmatch(r"\[([^\]]+)\]:(\w+)|([^\[\]:]+):(\w+)", value)
     if match is None:
         raise ValueError(f"expected host:port or [IPv6]:port, got {value[:80]!r}")
@@ -269,7 +290,7 @@ def check_api_endpoint(value: str) -> str:
         try:
             address = ipaddress.IPv6Address(match[1])
         except ValueError:
-            raise ValueError(f"{match[1]!r} is not an IPv6 address") from None
+            raise ValueError(f"{shown(match[1])} is not an IPv6 address") from None
         return f"[{address}]:{check_port(match[2], value)}"
     return f"{check_host(match[3])}:{check_port(match[4], value)}"
 
