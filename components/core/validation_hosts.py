@@ -22,7 +22,41 @@ RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-
 
 def host_problems(spec: ClusterSpec) -> list[Problem]:
     """Every problem this module knows about."""
-    return [*_addresses(spec), *_images(spec), *_proxmox_nodes(spec), *_namespaces(spec)]
+    return [*_addresses(spec), *_images(spec), *_proxmox_nodes(spec), *_namespaces(spec), *_slot_namespace(spec)]
+
+
+SLOT_NAMESPACE_RISK = (
+    "the stack creates the rollout slots' namespace, owns it (a destroy deletes it) and lets every node "
+    "(group system:nodes) write every ConfigMap in it"
+)
+"""Why the slot namespace must be the stack's own."""
+
+
+def reserved_slot_namespace(name: str) -> str | None:
+    """Why ``name`` cannot be the rollout slots' namespace on any cluster, or None."""
+    if name in RESERVED_NAMESPACES:
+        return f"{name} exists in every Kubernetes cluster, and {SLOT_NAMESPACE_RISK}; use a namespace of its own"
+    return None
+
+
+def _slot_namespace(spec: ClusterSpec) -> list[Problem]:
+    """The slot namespace is the stack's alone: not one every cluster has, not one the spec uses for something else
+    (granting the nodes its ConfigMaps would hand them the operator's or KubeVirt's configuration)."""
+    ns = spec.kubernetes.drain.slot_namespace
+    at = "kubernetes.drain.slotNamespace"
+    why = reserved_slot_namespace(ns)
+    if why is not None:
+        return [Problem(at, why)]
+    op = spec.gpu_operator
+    others = [("gpuOperator.namespace", op.namespace), ("gpuOperator.dra.namespace", op.dra.namespace),
+              ("kubevirt.namespace", spec.kubevirt.namespace),
+              ("gpuOperator.monitoring.namespace", op.monitoring.namespace),
+              ("gpuOperator.monitoring.dashboard.namespace", op.monitoring.dashboard.namespace)]  # fmt: skip
+    others += [(f"quotas[{i}].namespace", q.namespace) for i, q in enumerate(spec.quotas)]
+    used = next((path for path, name in others if name == ns), None)
+    if used is None:
+        return []
+    return [Problem(at, f"{ns} is also {used}, and {SLOT_NAMESPACE_RISK}; use a namespace of its own")]
 
 
 def _same_host(host: str) -> str:
@@ -83,6 +117,10 @@ def _proxmox_nodes(spec: ClusterSpec) -> list[Problem]:
             if node.acs_override:
                 out.append(
                     Problem(f"{at}.acsOverride", "only host prep applies the override; set hostPrep: true (or drop it)")
+                )
+            if node.iommu_passthrough:
+                out.append(
+                    Problem(f"{at}.iommuPassthrough", "only host prep adds iommu=pt; set hostPrep: true (or drop it)")
                 )
             if node.nested_virtualization:
                 out.append(

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_kubernetes as kubernetes
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from proxmox_gpu_cluster.args import ComponentArgs
 from proxmox_gpu_cluster.core.spec_base import Name
+from proxmox_gpu_cluster.core.validation_hosts import reserved_slot_namespace
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render import node_rbac
 
@@ -33,8 +34,17 @@ class NodeStepAccessArgs(ComponentArgs):
     """Where the rollout slots live."""
 
     slot_namespace: Name = Field(
-        description="Namespace of the rollout slots (``kubernetes.drain.slotNamespace``); the component creates it."
+        description="Namespace of the rollout slots (``kubernetes.drain.slotNamespace``); the component creates it, "
+        "owns it and lets every node write its ConfigMaps, so never one every cluster has (``kube-system``...)."
     )
+
+    @field_validator("slot_namespace")
+    @classmethod
+    def _the_stacks_own(cls, value: str) -> str:
+        why = reserved_slot_namespace(value)
+        if why is not None:
+            raise ValueError(why)
+        return value
 
 
 class NodeStepAccess(pulumi.ComponentResource):
