@@ -7,16 +7,19 @@ exists once per Proxmox datacenter or per Kubernetes cluster can have one owner 
 here, before anything registers, naming both: a GPU passed through, a VM id, a Kubernetes node, the rollout slots'
 namespace, the GPU Operator, the KubeVirt CR's devices, a PriorityClass, a quota, the monitoring objects.
 
-Two clusters share a Proxmox datacenter when their ``proxmox.endpoint`` is the same, and a Kubernetes cluster when
-their ``kubernetes.apiEndpoint`` is. Two stacks are separate programs: their names on Proxmox differ by scope and
+Two clusters share a Proxmox datacenter when their ``proxmox.endpoint`` names the same scheme, host and port however
+it is spelled (case, trailing slash, default port), and a Kubernetes cluster when their ``kubernetes.apiEndpoint``
+does. Two stacks are separate programs: their names on Proxmox differ by scope and
 host prep composes their drop-ins, but only ``pulumi up`` (the Kubernetes API refusing a second create) can tell
 that two stacks claim one Kubernetes object.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from proxmox_gpu_cluster.core.names import StackScope
 
@@ -31,6 +34,34 @@ class ClusterClaim:
     name: str
     scope: StackScope
     spec: ClusterSpec
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+"""The port a URL without one means (RFC 3986 section 6.2.3: an explicit default port is the same URL)."""
+
+
+def _same_host(host: str) -> str:
+    """A host as compared here: an IP address in canonical form, a DNS name in lower case without a final dot
+    (RFC 4343: DNS names compare case-insensitively)."""
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return host.lower().rstrip(".")
+
+
+def same_proxmox(endpoint: str) -> tuple[str, str, int]:
+    """A validated ``proxmox.endpoint`` as compared between clusters: scheme, host and port, so that
+    ``https://PVE1.example:443`` and ``https://pve1.example/`` are one datacenter (RFC 3986 section 6.2.2-6.2.3:
+    scheme and host are case-insensitive, an empty path is ``/``, a default port may be left out)."""
+    parts = urlsplit(endpoint.strip())
+    scheme = parts.scheme.lower()
+    return scheme, _same_host(parts.hostname or ""), parts.port or DEFAULT_PORTS.get(scheme, 0)
+
+
+def same_kubernetes(api_endpoint: str) -> tuple[str, str]:
+    """A validated ``kubernetes.apiEndpoint`` (``host:port``, ``[IPv6]:port``) as compared between clusters."""
+    host, _, port = api_endpoint.rpartition(":")
+    return _same_host(host), port.lstrip("0") or "0"
 
 
 def _proxmox_claims(spec: ClusterSpec) -> dict[str, str]:
@@ -76,10 +107,10 @@ def estate_conflicts(first: ClusterClaim, second: ClusterClaim) -> list[str]:
             "most one of them stack_scoped_names=True"
         )
     shared: list[str] = []
-    if a.proxmox.endpoint == b.proxmox.endpoint:
+    if same_proxmox(a.proxmox.endpoint) == same_proxmox(b.proxmox.endpoint):
         mine = _proxmox_claims(a)
         shared += [what for key, what in _proxmox_claims(b).items() if key in mine]
-    if a.kubernetes.api_endpoint == b.kubernetes.api_endpoint:
+    if same_kubernetes(a.kubernetes.api_endpoint) == same_kubernetes(b.kubernetes.api_endpoint):
         mine = _kubernetes_claims(a)
         shared += [what for key, what in _kubernetes_claims(b).items() if key in mine]
     lines += [f"{who} both claim {what}; only one cluster may own it" for what in shared]
