@@ -16,9 +16,17 @@ from proxmox_gpu_cluster.node_agent import install_agent
 from proxmox_gpu_cluster.outputs import item
 from proxmox_gpu_cluster.proxmox.boot_files import WorkerBootFiles, WorkerBootFilesArgs
 from proxmox_gpu_cluster.proxmox.host_gpu_prep import ProxmoxHostGpuPrep, ProxmoxHostGpuPrepArgs
-from proxmox_gpu_cluster.proxmox.pci_mapping import GpuPciMappings, GpuPciMappingsArgs, run_preflight
+from proxmox_gpu_cluster.proxmox.pci_mapping import (
+    GpuPciMappings,
+    GpuPciMappingsArgs,
+    IommuPreflightError,
+    run_preflight,
+)
 from proxmox_gpu_cluster.proxmox.worker_vm import GpuWorkerVm
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
+
+STACK_CLUSTER = "cluster"
+"""The name the stack program (``__main__.py``) gives its one GpuCluster."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,14 @@ def build_proxmox(
     (``proxmox.sshAgent``), and no step carries a key. ``scope``: what the names on the hosts (PCI mappings,
     snippets, images, host prep's drop-in) belong to.
     """
-    preflights: dict[str, NodePreflight] = run_preflight(spec, proxmox, parent=parent)
+    try:
+        preflights: dict[str, NodePreflight] = run_preflight(spec, proxmox, parent=parent)
+    except IommuPreflightError as err:
+        # The stack's one cluster keeps the stack file's root; any other names its GpuCluster, so in a program of
+        # several clusters each line says whose host does not match.
+        if prefix == STACK_CLUSTER:
+            raise
+        raise IommuPreflightError(err.problems, root=f"GpuCluster({prefix}).spec") from None
     vms: dict[str, GpuWorkerVm] = {}
     preps: dict[str, ProxmoxHostGpuPrep] = {}
     host_agents: dict[str, command.remote.CopyToRemote] = {}

@@ -97,6 +97,15 @@ class NodePreflight:
     gpus: list[GpuPlacement] = field(default_factory=list)
 
 
+def empty_device_list(node: str) -> str:
+    """Why an empty device list for ``node`` says nothing about the host."""
+    return (
+        f"the PCI device list answered for node {node} is empty, which no running host reports (it lists at least "
+        "its host bridge), so the preflight cannot check its GPUs; under mocks answer get_pci for this node "
+        f"(testing.pci_invokes), in the offline plan give --pci {node}=FILE"
+    )
+
+
 def _describe(d: PciDevice) -> str:
     return f"{d.address} ({d.name or d.vendor_device})"
 
@@ -110,6 +119,10 @@ def preflight(spec: ClusterSpec, node: str, devices: list[PciDevice]) -> NodePre
     """
     node_index = next(i for i, n in enumerate(spec.proxmox.nodes) if n.name == node)
     spec_node = spec.proxmox.nodes[node_index]
+    if not devices:
+        # Every running host lists its host bridge and root ports; an empty list was never read from a host, so
+        # nothing can be said about its GPUs (a mock engine or an offline plan that was given no device list).
+        return NodePreflight(node, "plan", [Problem(f"proxmox.nodes[{node_index}]", empty_device_list(node))])
     by_slot: dict[str, list[PciDevice]] = {}
     for d in devices:
         by_slot.setdefault(d.slot, []).append(d)

@@ -24,10 +24,11 @@ from proxmox_gpu_cluster.outputs import current_scope, item
 
 
 class IommuPreflightError(pulumi.RunError):
-    """The hosts do not match the spec; one line per problem, each naming its config path."""
+    """The hosts do not match the spec; one line per problem, each naming its config path (below ``root``)."""
 
-    def __init__(self, problems: list[Problem]) -> None:
-        self.lines = SpecError(problems).lines
+    def __init__(self, problems: list[Problem], root: str = "cluster") -> None:
+        self.problems = list(problems)
+        self.lines = SpecError(problems, root=root).lines
         super().__init__("IOMMU preflight failed:\n" + "\n".join(self.lines))
 
 
