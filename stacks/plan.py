@@ -43,7 +43,7 @@ from typing import Any, NoReturn
 
 import pulumi
 
-from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_from_output, capacity_table
+from proxmox_gpu_cluster.core.capacity import WorkerCapacity
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.proxmox.pci_mapping import IommuPreflightError
 from proxmox_gpu_cluster.recording import critical_path
@@ -60,6 +60,7 @@ from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff
 from proxmox_gpu_cluster.stacks.plan_specs import (
     PlannedCluster,
     Specs,
+    built_capacity,
     cluster_specs,
     clusters_of,
     spec_namespaces,
@@ -234,10 +235,7 @@ def plan(
         )
     finally:
         sys.path.remove(str(main.parent))
-    if clusters:
-        return recording, [row for c in clusters for row in capacity_table(c.spec)]
-    # A program without a cluster spec: the table it exports (``capacity_output``), if any.
-    return recording, capacity_from_output(recording.outputs.get("capacity"))
+    return recording, built_capacity(clusters, recording)
 
 
 def exit_without_teardown(code: int) -> NoReturn:

@@ -20,7 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxmox_gpu_cluster.core.capacity import WorkerCapacity, capacity_from_output, capacity_output, capacity_table
 from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.recording import Recording, unwrap
 from proxmox_gpu_cluster.stacks.config import (
     ALL_SECRETS,
     SPEC_KEY,
@@ -125,3 +127,25 @@ def clusters_of(spec: Specs) -> list[PlannedCluster]:
     if spec is None:
         return []
     return [PlannedCluster("", spec)] if isinstance(spec, ClusterSpec) else list(spec)
+
+
+GPU_CLUSTER = "proxmox-gpu-cluster:cluster:GpuCluster"
+
+
+def built_capacity(clusters: Sequence[PlannedCluster], recording: Recording) -> list[WorkerCapacity]:
+    """The capacity table of the clusters the program really built: a stack file's ``<namespace>:cluster`` only
+    when a GpuCluster of the run advertises exactly its table (a program may read one namespace and leave the
+    others alone), then each GpuCluster built from a spec of its own (Python), from its ``capacity`` output. A
+    program without a GpuCluster: the table it exports (``capacity_output``), if any."""
+    built = [unwrap(r.outputs.get("capacity")) for r in recording.of_type(GPU_CLUSTER)]
+    if not built:
+        return capacity_from_output(recording.outputs.get("capacity"))
+    rows: list[WorkerCapacity] = []
+    for cluster in clusters:
+        table = capacity_table(cluster.spec)
+        if capacity_output(table) in built:
+            built.remove(capacity_output(table))
+            rows += table
+    for output in built:
+        rows += capacity_from_output(output)
+    return rows
