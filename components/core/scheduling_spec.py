@@ -12,6 +12,10 @@ from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, LINE_BREAKERS,
 MAX_QUOTA = 1_000_000
 """Upper bound of a quota value (extended resources count devices, not bytes)."""
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+PriorityClassName = Annotated[str, Field(pattern=DNS_SUBDOMAIN, max_length=253)]
+"""A PriorityClass name: a DNS subdomain (RFC 1123: lower-case labels joined by dots, at most 253 characters), the
+rule Kubernetes applies to it (pkg/apis/scheduling/validation ``ValidatePriorityClass``: ``ValidateObjectMeta``
+with ``NameIsDNSSubdomain``), so ``high.gpu`` is a valid name."""
 # Values above one billion are reserved for the system classes (scheduling/v1 PriorityClass, `value`).
 MAX_USER_PRIORITY = 1_000_000_000
 MIN_PRIORITY = -2_147_483_648
@@ -20,9 +24,7 @@ MIN_PRIORITY = -2_147_483_648
 class PriorityClassSpec(SpecModel):
     """A PriorityClass GPU workloads name in ``priorityClassName``; higher values may preempt lower ones."""
 
-    name: Annotated[str, Field(pattern=DNS_SUBDOMAIN, max_length=253)] = Field(
-        description="Name of the PriorityClass (a DNS subdomain; ``system-`` is reserved)."
-    )
+    name: PriorityClassName = Field(description="Name of the PriorityClass (a DNS subdomain; ``system-`` is reserved).")
     value: Int = Field(
         ge=MIN_PRIORITY, le=MAX_USER_PRIORITY, description="Priority; above 1000000000 is reserved for the system."
     )

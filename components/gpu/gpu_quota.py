@@ -11,8 +11,8 @@ from pydantic import Field, model_validator
 from proxmox_gpu_cluster.args import ComponentArgs
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity, advertised_total, quota_hard
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
-from proxmox_gpu_cluster.core.scheduling_spec import Quota
-from proxmox_gpu_cluster.core.spec_base import Name, field_path
+from proxmox_gpu_cluster.core.scheduling_spec import PriorityClassName, Quota
+from proxmox_gpu_cluster.core.spec_base import field_path
 from proxmox_gpu_cluster.core.validation_scheduling import (
     quota_capacity_problems,
     quota_capacity_warnings,
@@ -36,7 +36,7 @@ class GpuQuotasArgs(ComponentArgs):
         description="What the GPU nodes advertise, a row per node (``GpuStack.capacity()``): a quota on a "
         "resource no node advertises is refused, one above the total is logged as a warning.",
     )
-    priority_classes: tuple[Name, ...] = Field(
+    priority_classes: tuple[PriorityClassName, ...] = Field(
         default=(),
         description="Names of the PriorityClasses a scoped quota may count (e.g. those of ``GpuPriorityClasses``; "
         "give that component in ``opts.depends_on`` so they exist first).",
