@@ -185,7 +185,7 @@ def two_team_specs() -> tuple[dict[str, Any], dict[str, Any]]:
     return a, b
 
 
-VGPU_MANAGER = {"repository": "registry.example.test/nvidia", "version": "580.95.02-ubuntu22.04"}
+VGPU_MANAGER = {"repository": "registry.example.test/nvidia", "version": "580.95.02"}
 """A private vGPU Manager image for specs with vm-vgpu nodes."""
 
 

@@ -32,7 +32,6 @@ from proxmox_gpu_cluster.core.spec_base import (
     Name,
     SpecModel,
     StorageId,
-    Text,
     ToolkitVersion,
     VgpuType,
     camel_alias,
@@ -42,6 +41,7 @@ from proxmox_gpu_cluster.core.spec_base import (
 )
 from proxmox_gpu_cluster.core.ssh_keys import check_public_key
 from proxmox_gpu_cluster.core.validation import cross_check
+from proxmox_gpu_cluster.core.vgpu_manager import VgpuManagerSpec
 from proxmox_gpu_cluster.core.worker_spec import GpuAssignment, Image, Network, TimeSlicing, Worker
 
 __all__ = [
@@ -274,39 +274,6 @@ class GuestSpec(SpecModel):
 
 
 FEATURE_GATE = r"^[A-Z][A-Za-z0-9]*$"
-
-
-class VgpuManagerSpec(SpecModel):
-    """The NVIDIA vGPU Manager image the operator runs on vm-vgpu nodes.
-
-    NVIDIA does not publish it: it is built from the licensed vGPU host driver and pushed to a private registry
-    (NVIDIA GPU Operator docs, "Build the vGPU Manager image"). The registry password (an NGC API key for nvcr.io)
-    is the secret ``vgpuRegistryPassword``; the stack stores it in a pull secret in the operator namespace.
-    """
-
-    repository: str = Field(
-        pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]{1,128}){0,8}$",
-        description="Registry and path holding the image, e.g. ``registry.example.com/nvidia``.",
-    )
-    image: str = Field(default="vgpu-manager", pattern=r"^[a-z0-9._/-]{1,128}$", description="Image name.")
-    version: str = Field(
-        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$",
-        description="Image tag, e.g. ``580.95.02-ubuntu22.04`` (vGPU host driver version and guest OS).",
-    )
-    pull_secret: Name = Field(
-        default="vgpu-manager-registry",
-        description="Name of the image pull secret the stack creates in the operator namespace.",
-    )
-    registry_username: Text = Field(
-        default="$oauthtoken",
-        min_length=1,
-        description="Registry user of the pull secret (``$oauthtoken`` with an NGC API key on nvcr.io).",
-    )
-
-    @property
-    def registry(self) -> str:
-        """The registry host (with port) the pull secret authenticates to."""
-        return self.repository.split("/", 1)[0]
 
 
 class KubeVirtNode(SpecModel):

@@ -299,7 +299,7 @@ def test_vgpu_manager_image_and_pull_secret() -> None:
         "enabled": True,
         "repository": "registry.example.test/nvidia",
         "image": "vgpu-host",
-        "version": "580.95.02-ubuntu22.04",
+        "version": "580.95.02",
         "imagePullSecrets": ["ngc-vgpu"],
     }
     # Two bare-metal nodes use A10-4Q, one worker A10-12Q: unlabelled vGPU nodes get the commonest type.
