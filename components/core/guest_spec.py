@@ -60,6 +60,13 @@ class RolloutSpec(SpecModel):
     namespace: Name = Field(default="proxmox-gpu-cluster", description="Namespace of the slots (ConfigMaps).")
 
 
+KERNEL_PARAMETER = r"^[a-z0-9][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)*(=[A-Za-z0-9_.,:-]+)?$"
+"""One kernel parameter, ``name`` or ``name=value``, a module's as ``module.name`` (Linux
+Documentation/admin-guide/kernel-parameters.rst, "The kernel parses parameters from the kernel command line up to
+``--``"; an unknown one without a dot is handed to init). A name starts with a letter or digit (``8250.nr_uarts``):
+``--`` would end the kernel's parameters and ``--help`` or ``-s`` would reach init as its own options."""
+
+
 class GuestBootstrapSpec(SpecModel):
     """Everything the bootstrap scripts need for one host."""
 
@@ -71,7 +78,7 @@ class GuestBootstrapSpec(SpecModel):
         "is blacklisted; vfio: bind the GPUs to vfio-pci at boot for KubeVirt passthrough (vm-passthrough), no "
         "NVIDIA driver."
     )
-    kernel_args: tuple[Annotated[str, Field(pattern=r"^[a-z0-9_.-]+(=[A-Za-z0-9_.,:-]+)?$")], ...] = Field(
+    kernel_args: tuple[Annotated[str, Field(pattern=KERNEL_PARAMETER, max_length=256)], ...] = Field(
         default=(),
         description="Kernel arguments the host must boot with, e.g. ``intel_iommu=on iommu=pt`` for the IOMMU a "
         "KubeVirt node hands GPUs through (written to a GRUB drop-in; a reboot when the running kernel lacks one).",
