@@ -230,15 +230,12 @@ def check_count_or_percent(value: object) -> object:
 
 
 def no_zone(value: str) -> str:
-    """Refuse an IPv6 zone id (``fe80::1%eth0``, RFC 4007 section 11): it names an interface of the machine that
-    reads the config, not an address another machine can be reached at, and Python's ``ipaddress`` (3.9+) would
-    otherwise accept it as an address."""
+    """Refuse an IPv6 zone id (``fe80::1%eth0``, RFC 4007 section 11), which Python's ``ipaddress`` (3.9+) accepts:
+    it names an interface of the machine reading the config, not an address another machine reaches."""
     if "%" in value:
         address = shown(value.split("%", 1)[0])
-        raise ValueError(
-            f"{address} carries an IPv6 zone id (%...), which names an interface of one machine; give the address "
-            "without it"
-        )
+        raise ValueError(f"{address} carries an IPv6 zone id (%...), which names an interface of one machine; give "
+                         "the address without it")  # fmt: skip
     return value
 
 

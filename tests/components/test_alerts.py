@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +224,7 @@ def scraped(exporter: dict[str, str]) -> dict[str, str]:
 def usage_test(
     tmp_path: Path,
     gpus: list[tuple[dict[str, str], str, str]],
-    expect: dict[str, dict[str, float]],
+    expect: Mapping[str, Mapping[str, float]],
     rules: list[dict[str, Any]] | None = None,
 ) -> str:
     """promtool's verdict (empty: passed) on the recording rules (``rules``, or the stack's) fed ``gpus`` as

@@ -273,8 +273,8 @@ def test_the_documented_vgpu_manager_example_is_valid() -> None:
     assert load_spec(spec).kubevirt.vgpu_manager is not None
     # The field's own example (the JSON schema and docs/spec.md carry its description) is a valid version too.
     described = VgpuManagerSpec.model_fields["version"].description or ""
-    example = re.search(r"e\.g\. ``([^`]+)``", described)
-    assert example is not None and vgpu_version_problem(example[1]) is None, described
+    documented = re.search(r"e\.g\. ``([^`]+)``", described)
+    assert documented is not None and vgpu_version_problem(documented[1]) is None, described
 
 
 # -- 9. IPv6 zone ids and kernel arguments that are not kernel parameters ---------------------------------------
