@@ -114,7 +114,7 @@ class ProxmoxNode(SpecModel):
     iommu_passthrough: bool = Field(
         default=False,
         description="Add ``iommu=pt`` (optional; a running kernel without it reboots once, as ``rebootPolicy`` "
-        "allows). Host prep never removes one already there.",
+        "allows). Needs hostPrep, which applies it; host prep never removes one already there.",
     )
     nested_virtualization: bool = Field(
         default=False,
@@ -215,8 +215,10 @@ class DrainSpec(SpecModel):
     )
     slot_namespace: Name = Field(
         default="proxmox-gpu-cluster",
-        description="The namespace the cluster creates for the rollout slots; the nodes' own credentials may write "
-        "ConfigMaps there (and nowhere else). Two clusters that share a Kubernetes cluster use different ones.",
+        description="The namespace the cluster creates (and owns) for the rollout slots; the nodes' own credentials "
+        "may write ConfigMaps there (and nowhere else), so it is the stack's alone: never one every cluster has "
+        "(``default``, ``kube-*``) nor one the spec uses for something else (the operator's, KubeVirt's, a quota's). "
+        "Two clusters that share a Kubernetes cluster use different ones.",
     )
 
 
