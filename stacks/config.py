@@ -22,6 +22,7 @@ from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.input_safety import MAX_DEPTH, budget_problem, escape_lines, spec_problems
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode, GpuNode
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
+from proxmox_gpu_cluster.core.spec_base import validate_stack_data
 
 M = TypeVar("M", bound=BaseModel)
 PROJECT = "proxmox-gpu-cluster"
@@ -180,7 +181,7 @@ def parse_model(model: type[M], raw: Any, root: str) -> M:
     if too_big is not None:
         raise InvalidStackConfig([f"{root}: {too_big}"])
     try:
-        return model.model_validate(raw, by_alias=True, by_name=False)
+        return validate_stack_data(model, raw)
     except ValidationError as err:
         raise InvalidStackConfig(SpecError(spec_problems(err, model), root).lines) from None
 

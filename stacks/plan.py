@@ -67,7 +67,7 @@ from proxmox_gpu_cluster.stacks.plan_specs import (
 )
 from proxmox_gpu_cluster.stacks.plan_values import digest_key_from_env, new_digest_key
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMocks, redact, run
-from proxmox_gpu_cluster.testing_pci import pci_invokes
+from proxmox_gpu_cluster.testing_pci import GET_PCI, pci_invokes
 
 
 def resource_entry(r: RecordedResource, secret_key: bytes | None = None) -> dict[str, Any]:
@@ -240,6 +240,16 @@ def plan(
     return recording, capacity_from_output(recording.outputs.get("capacity"))
 
 
+def check_pci_used(pci: Mapping[str, object], recording: Recording) -> None:
+    """InputError when ``--pci`` answered for a node the program never looked up: the program (its specs built
+    in Python included) names the nodes, so a node it does not preflight is a typo or the wrong program."""
+    looked_up = {str(i.args.get("nodeName")) for i in recording.invokes if i.token == GET_PCI}
+    unknown = sorted(set(pci) - looked_up)
+    if unknown:
+        known = ", ".join(sorted(looked_up)) or "none"
+        raise InputError(f"--pci: the program preflights no Proxmox node {', '.join(unknown)} (it preflights: {known})")
+
+
 def exit_without_teardown(code: int) -> NoReturn:
     """Flush and exit the process at once: tearing down a large plan's heap object by object takes longer than
     printing it (about 10 s for 1000 workers); nothing is left to release that the OS does not reclaim."""
@@ -340,14 +350,12 @@ def _main(argv: Sequence[str] | None) -> int:
         document, pci = read_inputs(path, args.pci)
         namespaces = args.namespace or spec_namespaces(document, program.project)
         specs = cluster_specs(document, namespaces)
-        unknown = sorted(set(pci) - {n.name for c in specs for n in c.spec.proxmox.nodes})
-        if unknown:
-            raise InputError(f"--pci: no Proxmox node {', '.join(unknown)} in any cluster spec")
         if args.kubevirt_vms:
             print(example_manifests(specs), end="")
             return 0
         given = {"project": program.project, "placeholder_secrets": args.placeholder_secrets}
         recording, capacity = plan(args.stack, document, program.main, pci, **given, spec=specs)
+        check_pci_used(pci, recording)
         if args.diff_config or args.diff_base:
             key = new_digest_key()  # one per diff, for both sides' secrets; forgotten after
             now = plan_document(args.stack, recording, capacity, specs, program.project, secret_key=key)

@@ -14,16 +14,9 @@ from typing import Any
 import yaml
 
 from proxmox_gpu_cluster.stacks.stack_yaml import StackYamlError, load_stack_yaml, read_capped
+from proxmox_gpu_cluster.testing_pci import API_FIELDS
 
-PVESH_KEYS = {
-    "iommugroup": "iommuGroup",
-    "subsystem_vendor": "subsystemVendor",
-    "subsystem_device": "subsystemDevice",
-    "vendor_name": "vendorName",
-    "device_name": "deviceName",
-    "subsystem_vendor_name": "subsystemVendorName",
-    "subsystem_device_name": "subsystemDeviceName",
-}
+PVESH_KEYS = API_FIELDS
 """The Proxmox API's snake-case PCI fields -> the provider's ``get_pci`` fields."""
 
 
