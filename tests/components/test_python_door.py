@@ -32,7 +32,9 @@ def test_model_validate_reports_every_problem_as_the_librarys_error() -> None:
     assert not isinstance(err.value, ValidationError)
     assert err.value.__cause__ is None and err.value.__suppress_context__
     assert "ClusterSpec.workers[0] (mig-1).memory_mib: Input should be greater than or equal to 2048" in err.value.lines
-    assert any(line.startswith("ClusterSpec.quotas[0] (") is False and ".namespace:" in line for line in err.value.lines)
+    assert any(
+        line.startswith("ClusterSpec.quotas[0] (") is False and ".namespace:" in line for line in err.value.lines
+    )
     assert not [line for line in err.value.lines if "at least 1 item" in line]  # no bogus "workers" line
 
 
