@@ -21,6 +21,7 @@ from proxmox_gpu_cluster.cluster.providers import Secrets, needed_secrets
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.input_safety import MAX_DEPTH, budget_problem, escape_lines, spec_problems
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode, GpuNode
+from proxmox_gpu_cluster.core.scheduling_spec import Quota
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
 from proxmox_gpu_cluster.core.spec_base import validate_stack_data
 
@@ -203,6 +204,25 @@ def load_nodes(key: str = "gpuNodes", namespace: str | None = None) -> list[GpuN
     if lines:
         raise InvalidStackConfig(lines)
     return nodes
+
+
+def load_quotas(key: str = "quotas", namespace: str | None = None) -> list[Quota]:
+    """GPU quotas from a config key holding a list of ``Quota`` (camelCase keys), for ``GpuQuotasArgs.quotas``;
+    every problem of every entry at once, as InvalidStackConfig (``<ns>:quotas[1].resources: ...``)."""
+    ns = namespace or pulumi.get_project()
+    raw = _config_object(ns, key)
+    if not isinstance(raw, list) or not raw:
+        raise InvalidStackConfig([f"{ns}:{key}: expected a non-empty list of quotas"])
+    lines: list[str] = []
+    quotas: list[Quota] = []
+    for i, item in enumerate(raw):
+        try:
+            quotas.append(parse_model(Quota, item, f"{ns}:{key}[{i}]"))
+        except InvalidStackConfig as err:
+            lines += err.lines
+    if lines:
+        raise InvalidStackConfig(lines)
+    return quotas
 
 
 def _config_object(namespace: str, key: str, expected: str = "structured YAML") -> Any:
