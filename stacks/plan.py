@@ -54,8 +54,8 @@ from proxmox_gpu_cluster.stacks.config import PROJECT, InvalidStackConfig
 from proxmox_gpu_cluster.stacks.plan_compare import diff_sides
 from proxmox_gpu_cluster.stacks.plan_context import spec_view
 from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff
-from proxmox_gpu_cluster.stacks.plan_files import example_manifests, tree_order, write_inputs
-from proxmox_gpu_cluster.stacks.plan_inputs import InputError, Program, find_program, read_inputs
+from proxmox_gpu_cluster.stacks.plan_files import copies_agent, example_manifests, tree_order, write_inputs
+from proxmox_gpu_cluster.stacks.plan_inputs import InputError, Program, check_pci_used, find_program, read_inputs
 from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff
 from proxmox_gpu_cluster.stacks.plan_specs import (
     PlannedCluster,
@@ -67,7 +67,7 @@ from proxmox_gpu_cluster.stacks.plan_specs import (
 )
 from proxmox_gpu_cluster.stacks.plan_values import digest_key_from_env, new_digest_key
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMocks, redact, run
-from proxmox_gpu_cluster.testing_pci import GET_PCI, pci_invokes
+from proxmox_gpu_cluster.testing_pci import pci_invokes
 
 
 def resource_entry(r: RecordedResource, secret_key: bytes | None = None) -> dict[str, Any]:
@@ -159,15 +159,16 @@ def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapac
     for prefix, r in ordered:
         flags = " [protect]" if r.protect else ""
         lines.append(f"  {(prefix + r.type).ljust(width)}{r.name}{flags}")
-    lines += ["", "Capacity (what each node will advertise):"]
-    rows = [("WORKER", "PROXMOX NODE", "GPUS", "WORKLOAD", "SHARING", "ADVERTISES")]
+    # Only what the program builds: no capacity table without a GPU node, no agent without a machine it goes to.
+    rows = [("WORKER", "PROXMOX NODE", "GPUS", "WORKLOAD", "SHARING", "ADVERTISES")] if capacity else []
+    lines += ["", "Capacity (what each node will advertise):"] if capacity else []
     for row in capacity:
         gpus = ", ".join(f"{n} x {m}" for m, n in row.gpus.items())
         advertises = ", ".join(
             [f"{k}: {v}" for k, v in row.resources.items()] + [f"{k}: {v} (DRA)" for k, v in row.devices.items()]
         )
         rows.append((row.worker, row.node or "(bare metal)", gpus, row.workload, row.sharing, advertises))
-    widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]) - 1)]
+    widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]) - 1)] if rows else []
     for cells in rows:
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)) + "  " + cells[-1])
     checks = recording.outputs.get("iommuChecks") or {}
@@ -188,8 +189,9 @@ def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapac
     chain = critical_path(recording)
     lines += ["", f"Critical path of a first pulumi up ({len(chain)} steps, one after the other):"]
     lines += [f"  {' -> '.join(r.name for r in chain)}"] if chain else []
-    lines += ["", "Node agent (copied once per machine; a step runs again when its fingerprint changes):"]
-    lines += [f"  {line}" for line in agent_lines()]
+    if copies_agent(recording):
+        lines += ["", "Node agent (copied once per machine; a step runs again when its fingerprint changes):"]
+        lines += [f"  {line}" for line in agent_lines()]
     points = reboot_points(recording)
     if points:
         lines += ["", "Reboot points (the only steps that may restart a machine; each decides again when it runs):"]
@@ -238,16 +240,6 @@ def plan(
         return recording, [row for c in clusters for row in capacity_table(c.spec)]
     # A program without a cluster spec: the table it exports (``capacity_output``), if any.
     return recording, capacity_from_output(recording.outputs.get("capacity"))
-
-
-def check_pci_used(pci: Mapping[str, object], recording: Recording) -> None:
-    """InputError when ``--pci`` answered for a node the program never looked up: the program (its specs built
-    in Python included) names the nodes, so a node it does not preflight is a typo or the wrong program."""
-    looked_up = {str(i.args.get("nodeName")) for i in recording.invokes if i.token == GET_PCI}
-    unknown = sorted(set(pci) - looked_up)
-    if unknown:
-        known = ", ".join(sorted(looked_up)) or "none"
-        raise InputError(f"--pci: the program preflights no Proxmox node {', '.join(unknown)} (it preflights: {known})")
 
 
 def exit_without_teardown(code: int) -> NoReturn:
