@@ -23,12 +23,13 @@ from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.outputs import current_scope, item
 
 
-class IommuPreflightError(pulumi.RunError):
-    """The hosts do not match the spec; one line per problem, each naming its config path (below ``root``)."""
+class IommuPreflightError(SpecError, pulumi.RunError):
+    """The hosts do not match the spec; one line per problem, each naming its config path (below ``root``). A
+    ``SpecError`` (the library's one error type) and a ``pulumi.RunError`` for the CLI."""
 
     def __init__(self, problems: list[Problem], root: str = "cluster") -> None:
-        self.lines = SpecError(problems, root=root).lines
-        super().__init__("IOMMU preflight failed:\n" + "\n".join(self.lines))
+        SpecError.__init__(self, problems, root=root)
+        self.args = ("IOMMU preflight failed:\n" + "\n".join(self.lines),)
 
 
 def read_pci_devices(
