@@ -3,12 +3,12 @@ program written as Pulumi's testing guide shows. The generator (``component_refe
 component as written; tests/stacks/test_component_examples.py runs each from the rendered file, under the offline
 plan's mock engine and under ``pulumi.runtime.set_mocks`` with a mock that echoes inputs (preview on and off).
 
-Secrets come from config (``sshPrivateKey``, ``proxmoxApiToken``, ``kubeconfig``): set them with ``pulumi config
+Secrets come from config (``SECRETS``): set them with ``pulumi config
 set --secret``; everything else is written out, as a program of one's own would."""
 
 from __future__ import annotations
 
-SECRETS = ("sshPrivateKey", "proxmoxApiToken", "kubeconfig")
+SECRETS = ("sshPrivateKey", "proxmoxApiToken", "kubeconfig", "kubeadmJoinToken", "kubeadmCaCertHash")
 """The config keys the examples read (all secrets)."""
 
 _NODE = """\
@@ -146,6 +146,102 @@ GpuQuotas(
     GpuQuotasArgs(quotas=quotas, capacity=tuple(stack.capacity())),
     pulumi.ResourceOptions(provider=k8s),
 )
+""",
+    "GpuPriorityClasses": """\
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from proxmox_gpu_cluster.core.scheduling_spec import PriorityClassSpec
+from proxmox_gpu_cluster.gpu.priority_classes import GpuPriorityClasses, GpuPriorityClassesArgs
+
+k8s = kubernetes.Provider("k8s", kubeconfig=pulumi.Config().require_secret("kubeconfig"))
+classes = (PriorityClassSpec(name="gpu-training", value=1000), PriorityClassSpec(name="gpu-batch", value=100))
+GpuPriorityClasses("gpu-priorities", GpuPriorityClassesArgs(classes=classes), pulumi.ResourceOptions(provider=k8s))
+""",
+    "GpuMonitoring": f"""\
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from proxmox_gpu_cluster.core.monitoring_spec import MonitoringSpec
+from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring, GpuMonitoringArgs
+
+{_STACK}
+GpuMonitoring(
+    "gpu-monitoring",
+    GpuMonitoringArgs(monitoring=MonitoringSpec(prometheus=True), operator_namespace="gpu-operator", nodes=stack.nodes),
+    pulumi.ResourceOptions(provider=k8s),
+)
+""",
+    "GpuSmokeTest": """\
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from proxmox_gpu_cluster.gpu.smoke_test import GpuSmokeTest, GpuSmokeTestArgs
+
+k8s = kubernetes.Provider("k8s", kubeconfig=pulumi.Config().require_secret("kubeconfig"))
+args = GpuSmokeTestArgs(resource="nvidia.com/gpu", namespace="gpu-operator")
+GpuSmokeTest("gpu-smoke-test", args, pulumi.ResourceOptions(provider=k8s))
+""",
+    "NodeStepAccess": """\
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from proxmox_gpu_cluster.gpu.node_access import NodeStepAccess, NodeStepAccessArgs
+
+k8s = kubernetes.Provider("k8s", kubeconfig=pulumi.Config().require_secret("kubeconfig"))
+access = NodeStepAccess(
+    "node-steps", NodeStepAccessArgs(slot_namespace="gpu-rollouts"), pulumi.ResourceOptions(provider=k8s)
+)
+pulumi.export("slotNamespace", access.namespace)
+""",
+    "DraDriver": """\
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from proxmox_gpu_cluster.gpu.dra_driver import DraDriver, DraDriverArgs
+
+k8s = kubernetes.Provider("k8s", kubeconfig=pulumi.Config().require_secret("kubeconfig"))
+DraDriver("gpu-dra", DraDriverArgs(driver_mode="host"), pulumi.ResourceOptions(provider=k8s))
+""",
+    "GuestBootstrap": """\
+import pulumi
+import pulumi_command as command
+
+from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.core.guest_spec import ExpectedGpu, GuestBootstrapSpec
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
+
+config = pulumi.Config()
+a10 = CATALOG["A10"]
+spec = GuestBootstrapSpec(
+    node_name="gpu-bm-01",
+    gpus=(ExpectedGpu(vendor_device=a10.vendor_device, product=a10.product),),
+    driver_mode="host",
+    driver_branch="580",
+    kernel_modules="open",
+    toolkit=True,
+    api_endpoint="k8s.example.test:6443",
+    kubernetes_minor=34,
+)
+GuestBootstrap(
+    "gpu-bm-01",
+    GuestBootstrapArgs(
+        bootstrap=spec,
+        host="192.0.2.31",
+        user="ubuntu",
+        ssh_private_key=config.require_secret("sshPrivateKey"),
+        join_token=config.require_secret("kubeadmJoinToken"),
+        ca_cert_hash=config.require_secret("kubeadmCaCertHash"),
+    ),
+    pulumi.ResourceOptions(provider=command.Provider("ssh")),
+)
+""",
+    "GpuCluster": """\
+from proxmox_gpu_cluster import GpuCluster, GpuClusterArgs, export, load
+
+# The spec from the stack's config (<project>:cluster) and every secret it needs; all problems at once.
+spec, secrets = load()
+export(GpuCluster("cluster", GpuClusterArgs(spec=spec, secrets=secrets)))
 """,
 }
 """Component class name -> a complete program that plans (``python -m proxmox_gpu_cluster.plan``)."""

@@ -4,6 +4,7 @@ echoed back, every call answered ``{}``), preview on and off; the unit-test exam
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from proxmox_gpu_cluster.stacks.component_examples import EXAMPLES, SECRETS
 from proxmox_gpu_cluster.testing import run
-from tests.support import ROOT
+from tests.support import ROOT, base_spec
 
 DOC = (ROOT / "docs" / "components.md").read_text()
 BLOCK = re.compile(r"Example, a complete program:\n\n```python\n(.*?)\n```", re.DOTALL)
@@ -48,16 +49,20 @@ class EchoMocks(pulumi.runtime.Mocks):
         return {}
 
 
-def config(project: str) -> dict[str, str]:
-    return {f"{project}:{key}": f"placeholder-{key}" for key in SECRETS}
+def config(project: str, component: str = "") -> dict[str, str]:
+    values = {f"{project}:{key}": f"placeholder-{key}" for key in SECRETS}
+    if component == "GpuCluster":  # its example loads the spec from the stack's config
+        values[f"{project}:cluster"] = json.dumps(base_spec())
+    return values
 
 
-def under_guide_mocks(source: str, *, preview: bool) -> list[str]:
+def under_guide_mocks(source: str, component: str, *, preview: bool) -> list[str]:
     """Run ``source`` as a program under Pulumi's own mock monitor; the resource types it registered. Raises what
     the program, or any callback of its outputs, raised."""
     mocks = EchoMocks()
     pulumi.runtime.set_mocks(mocks, project="example", stack="dev", preview=preview)
-    pulumi.runtime.set_all_config(config("example"), secret_keys=list(config("example")))
+    secret_keys = [k for k in config("example", component) if not k.endswith(":cluster")]
+    pulumi.runtime.set_all_config(config("example", component), secret_keys=secret_keys)
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def program() -> None:
@@ -75,10 +80,11 @@ def test_every_example_is_in_the_rendered_reference() -> None:
 def test_each_example_plans_and_runs_under_pulumis_mocks(component: str) -> None:
     source = documented_examples()[component]
     rec = run(lambda: exec(compile(source, component, "exec"), {"__name__": "__main__"}),
-              project="example", config=config("example"), secret_keys=list(config("example")))  # fmt: skip
+              project="example", config=config("example", component),
+              secret_keys=[k for k in config("example", component) if not k.endswith(":cluster")])  # fmt: skip
     assert any(r.type.endswith(f":{component}") for r in rec.resources)
     for preview in (True, False):
-        types = under_guide_mocks(source, preview=preview)
+        types = under_guide_mocks(source, component, preview=preview)
         assert any(t.endswith(f":{component}") for t in types), (component, preview)
 
 
