@@ -44,6 +44,37 @@ stack = GpuStack(
 )
 """
 
+_MIG = """\
+import pulumi
+import pulumi_command as command
+
+from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.core.guest_spec import ExpectedGpu, GuestBootstrapSpec, RolloutSpec
+
+a100 = CATALOG["A100-PCIE-40GB"]
+node = GuestBootstrapSpec(
+    node_name="gpu-bm-03",
+    gpus=(ExpectedGpu(vendor_device=a100.vendor_device, product=a100.product),),
+    driver_mode="host",
+    driver_branch="580",
+    kernel_modules="open",
+    toolkit=True,
+    api_endpoint="k8s.example.test:6443",
+    kubernetes_minor=34,
+    rollout=RolloutSpec(),  # a MIG rollout cordons and drains the node, one node at a time
+)
+step = dict(
+    bootstrap=node,
+    mig_config="all-1g.5gb",
+    operator_namespace="gpu-operator",
+    timeout_seconds=900,
+    host="192.0.2.33",
+    user="ubuntu",
+    ssh_private_key=pulumi.Config().require_secret("sshPrivateKey"),
+)
+ssh = pulumi.ResourceOptions(provider=command.Provider("ssh"))
+"""
+
 EXAMPLES: dict[str, str] = {
     "ProxmoxHostGpuPrep": f"""\
 import pulumi
@@ -242,6 +273,90 @@ from proxmox_gpu_cluster import GpuCluster, GpuClusterArgs, export, load
 # The spec from the stack's config (<project>:cluster) and every secret it needs; all problems at once.
 spec, secrets = load()
 export(GpuCluster("cluster", GpuClusterArgs(spec=spec, secrets=secrets)))
+""",
+    "NodeCapacityGate": """\
+import pulumi
+import pulumi_command as command
+
+from proxmox_gpu_cluster.guest.capacity_gate import NodeCapacityGate, NodeCapacityGateArgs
+
+args = NodeCapacityGateArgs(
+    node_name="gpu-bm-01",
+    resources={"nvidia.com/gpu": 2},
+    host="192.0.2.31",
+    user="ubuntu",
+    ssh_private_key=pulumi.Config().require_secret("sshPrivateKey"),
+)
+gate = NodeCapacityGate("gpu-bm-01-capacity", args, pulumi.ResourceOptions(provider=command.Provider("ssh")))
+pulumi.export("verified", gate.verified)
+""",
+    "NodeCapacityGates": """\
+import pulumi
+import pulumi_command as command
+
+from proxmox_gpu_cluster.guest.capacity_gate import GateTarget, NodeCapacityGates, NodeCapacityGatesArgs
+
+targets = {
+    "gpu-bm-01": GateTarget(resources={"nvidia.com/gpu": 2}, host="192.0.2.31", user="ubuntu"),
+    "gpu-bm-02": GateTarget(resources={"nvidia.com/gpu": 4}, host="192.0.2.32", user="ubuntu"),
+}
+NodeCapacityGates(
+    "capacity",
+    NodeCapacityGatesArgs(targets=targets, ssh_private_key=pulumi.Config().require_secret("sshPrivateKey")),
+    pulumi.ResourceOptions(provider=command.Provider("ssh")),
+)
+""",
+    "WorkerRetirement": """\
+import pulumi
+import pulumi_command as command
+
+from proxmox_gpu_cluster.core.spec import DrainSpec
+from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement, WorkerRetirementArgs
+
+args = WorkerRetirementArgs(
+    node_name="gpu-1",
+    vmid=4101,
+    host="192.0.2.11",
+    ssh_user="root",
+    guest_user="ubuntu",
+    ssh_private_key=pulumi.Config().require_secret("sshPrivateKey"),
+    api_endpoint="k8s.example.test:6443",
+    drain=DrainSpec(),
+    kubeadm_reset=True,
+)
+WorkerRetirement("gpu-1-retirement", args, pulumi.ResourceOptions(provider=command.Provider("ssh")))
+""",
+    "KubeVirtGpuDevices": """\
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from proxmox_gpu_cluster.core.nodes import ExistingGpuNode
+from proxmox_gpu_cluster.core.spec import KubeVirtSpec
+from proxmox_gpu_cluster.gpu.kubevirt_devices import KubeVirtGpuDevices, KubeVirtGpuDevicesArgs
+
+k8s = kubernetes.Provider("k8s", kubeconfig=pulumi.Config().require_secret("kubeconfig"))
+node = ExistingGpuNode(name="gpu-vm-host-01", gpus={"A10": 2}, workload="vm-passthrough").resolve()
+devices = KubeVirtGpuDevices(
+    "kubevirt-gpus",
+    KubeVirtGpuDevicesArgs(kubevirt=KubeVirtSpec(enabled=True), nodes=(node,)),
+    pulumi.ResourceOptions(provider=k8s),
+)
+pulumi.export("pciResources", devices.pci_resources)
+""",
+    "MigDrain": f"""\
+{_MIG}
+from proxmox_gpu_cluster.guest.mig_rollout import MigDrain, MigDrainArgs
+
+MigDrain("gpu-bm-03-mig", MigDrainArgs(**step), ssh)
+""",
+    "MigSettle": f"""\
+{_MIG}
+from proxmox_gpu_cluster.guest.mig_rollout import MigDrain, MigDrainArgs, MigSettle, MigSettleArgs
+
+drain = MigDrain("gpu-bm-03-mig", MigDrainArgs(**step), ssh)
+# In GpuCluster the operator's label change comes between the two; here the settle step follows the drain.
+after_drain = pulumi.ResourceOptions(provider=command.Provider("ssh-settle"), depends_on=[drain])
+MigSettle("gpu-bm-03-mig-settle", MigSettleArgs(**step), after_drain)
 """,
 }
 """Component class name -> a complete program that plans (``python -m proxmox_gpu_cluster.plan``)."""
