@@ -76,7 +76,10 @@ def test_every_example_is_in_the_rendered_reference() -> None:
     assert documented_examples() == EXAMPLES  # printed as written; regenerate docs/components.md otherwise
 
 
-@pytest.mark.parametrize("component", sorted(EXAMPLES))
+@pytest.mark.parametrize(
+    "component",
+    [pytest.param(c, marks=[pytest.mark.slow] if c == "GpuCluster" else []) for c in sorted(EXAMPLES)],  # ~7 s
+)
 def test_each_example_plans_and_runs_under_pulumis_mocks(component: str) -> None:
     source = documented_examples()[component]
     rec = run(lambda: exec(compile(source, component, "exec"), {"__name__": "__main__"}),
