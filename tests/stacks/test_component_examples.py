@@ -101,3 +101,8 @@ def test_the_unit_test_example_passes_as_written(preview: bool) -> None:
     assert tests
     for test in tests:
         test()
+
+
+def test_expected_gpu_vendor_device_says_where_the_id_comes_from() -> None:
+    row = next(line for line in DOC.splitlines() if line.startswith("| `vendor_device` | `str` | required | PCI"))
+    assert "CATALOG[<model>].vendor_device" in row and "lspci -nn" in row
