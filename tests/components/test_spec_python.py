@@ -61,7 +61,10 @@ def test_nested_problems_reach_the_outermost_model_with_their_path() -> None:
     with pytest.raises(SpecError) as err:
         ClusterSpec(workers=({"name": "w", "memoryMiB": 3, "time_slicing": {"replicas": 1}},))  # type: ignore[arg-type,call-arg]
     assert "ClusterSpec.workers[0] (w).memory_mib: Input should be greater than or equal to 2048" in err.value.lines
-    assert "ClusterSpec.workers[0] (w).time_slicing.replicas: Input should be greater than or equal to 2" in err.value.lines
+    assert (
+        "ClusterSpec.workers[0] (w).time_slicing.replicas: Input should be greater than or equal to 2"
+        in err.value.lines
+    )
     assert "ClusterSpec.proxmox: required field is missing" in err.value.lines
     # A cross-field rule's path (written as the stack file spells it) comes out in field names too.
     with pytest.raises(SpecError) as err:
