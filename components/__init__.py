@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from proxmox_gpu_cluster.cluster.providers import Providers, Secrets
     from proxmox_gpu_cluster.core.catalog import CATALOG, GpuModel, MigProfile
     from proxmox_gpu_cluster.core.errors import Problem, SpecError
+    from proxmox_gpu_cluster.core.python_door import collect_problems
     from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
     from proxmox_gpu_cluster.stacks.config import InvalidStackConfig, load
 
@@ -30,11 +31,11 @@ _WHERE = {
     "Providers": "cluster.providers", "Secrets": "cluster.providers", "CATALOG": "core.catalog",
     "GpuModel": "core.catalog", "MigProfile": "core.catalog", "Problem": "core.errors", "SpecError": "core.errors",
     "ClusterSpec": "core.spec", "load_spec": "core.spec", "InvalidStackConfig": "stacks.config",
-    "load": "stacks.config",
+    "load": "stacks.config", "collect_problems": "core.python_door",
 }  # fmt: skip
 __all__ = [
     "CATALOG", "ClusterSpec", "GpuCluster", "GpuClusterArgs", "GpuModel", "InvalidStackConfig", "MigProfile",
-    "Problem", "Providers", "Secrets", "SpecError", "export", "load", "load_spec",
+    "Problem", "Providers", "Secrets", "SpecError", "collect_problems", "export", "load", "load_spec",
 ]  # fmt: skip
 
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import pulumi
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
-from proxmox_gpu_cluster.core.errors import Problem, problems_from_validation_error
-from proxmox_gpu_cluster.core.spec_base import field_path
+from proxmox_gpu_cluster.core.python_door import record_stand_in
+from proxmox_gpu_cluster.core.spec_base import python_problems
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 
 __all__ = ["ComponentArgs", "Input"]
@@ -60,11 +60,12 @@ class ComponentArgs(BaseModel):
         except ValidationError as err:
             # One RunError with every problem, without the chained pydantic traceback; paths in field names, spec
             # models inside included (pydantic reports their fields by their stack-file keys).
+            # Each list item named after its object (``quotas[1] (team-a).gpus``); inside collect_problems() the
+            # problems are recorded and raised with the block's others instead.
             model = type(self)
-            problems = [
-                Problem(field_path(model, p.path), p.message) for p in problems_from_validation_error(err, python=True)
-            ]
-            raise InvalidComponentArgs(model.__name__, problems) from None
+            problems = python_problems(model, err, data)
+            if not record_stand_in(self, model.__name__, problems, data):
+                raise InvalidComponentArgs(model.__name__, problems) from None
 
     # Marked as pydantic marks BaseModel.__init__: with a custom __init__ pydantic would validate a nested args
     # model given as a dict by calling it (its ``custom_init``), so the nested model would raise its own error at

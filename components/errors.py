@@ -10,9 +10,10 @@ import pulumi
 from proxmox_gpu_cluster.core.errors import Problem, SpecError
 
 
-class InvalidComponentArgs(pulumi.RunError):
-    """A component's arguments are unusable; ``lines`` holds ``<component>.<path>: <message>`` per problem."""
+class InvalidComponentArgs(SpecError, pulumi.RunError):
+    """A component's arguments are unusable; ``lines`` holds ``<component>.<path>: <message>`` per problem. The
+    library's one error type (a ``SpecError``, as a bad spec's), and a ``pulumi.RunError`` for the CLI."""
 
     def __init__(self, component: str, problems: Iterable[Problem]) -> None:
-        self.lines = SpecError(problems, root=component).lines
-        super().__init__(f"invalid arguments of {component}:\n" + "\n".join(self.lines))
+        SpecError.__init__(self, problems, root=component)
+        self.args = (f"invalid arguments of {component}:\n" + "\n".join(self.lines),)

@@ -224,15 +224,18 @@ def _config_value(value: Any) -> str:
 
 
 def _default_mocks(config: Mapping[str, Any] | None) -> RecordingMocks:
-    """Recording mocks; when ``config`` holds a valid cluster spec, ``get_pci`` answers like its hosts."""
-    raw = (config or {}).get("proxmox-gpu-cluster:cluster")
-    if isinstance(raw, str):
-        raw = json.loads(raw)
-    try:
-        spec = load_spec(raw)
-    except SpecError:
-        return RecordingMocks()
-    return RecordingMocks(invokes=pci_invokes(spec))
+    """Recording mocks whose ``get_pci`` answers like the hosts of every valid cluster spec in ``config`` (each
+    ``<namespace>:cluster`` key), and for a node none describes, without a device list: the preflight then checks
+    the node as the program itself describes it (``pci_invokes``)."""
+    specs = []
+    for key, raw in (config or {}).items():
+        if not key.endswith(":cluster"):
+            continue
+        try:
+            specs.append(load_spec(json.loads(raw) if isinstance(raw, str) else raw))
+        except (SpecError, ValueError):
+            continue  # the program reports its own spec's problems
+    return RecordingMocks(invokes=pci_invokes(specs))
 
 
 def run(
@@ -251,7 +254,8 @@ def run(
     ``config`` keys are full names (``project:key``); non-string values are passed as JSON, as the CLI does.
     Exceptions the program raises (for example ``pulumi.RunError``) propagate after the engine settles.
     Pass ``recording`` to keep what registered even when the program raises. Without ``mocks``, ``get_pci``
-    answers with hosts shaped like the spec in ``config`` (see ``pci_invokes``).
+    answers with hosts shaped like the specs in ``config`` (every ``<namespace>:cluster``), and for any other node
+    the program preflights, as the program describes it (see ``pci_invokes``).
     """
     recording = recording if recording is not None else Recording()
     mocks = mocks or _default_mocks(config)

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 import proxmox_gpu_cluster
+from proxmox_gpu_cluster.stacks.component_examples import EXAMPLES, UNIT_TEST
 from proxmox_gpu_cluster.stacks.reference import cell, spec_models
 
 PACKAGE = "proxmox_gpu_cluster"
@@ -268,6 +269,15 @@ def _signature(component: Component) -> str:
     return f"{component.cls.__name__}({', '.join(parts)})"
 
 
+UNIT_TEST_INTRO = (
+    "The components work under `pulumi.runtime.set_mocks` as Pulumi's testing guide writes mocks (inputs echoed"
+    " back, every call answered `{}`), with preview on and off: the IOMMU preflight then checks each node as its"
+    " spec describes it. `proxmox_gpu_cluster.testing.run` records a whole program instead, and"
+    " `proxmox_gpu_cluster.testing_pci.pci_invokes` answers the PCI lookup from a host's real device list (the"
+    " provider's field names or the Proxmox API's, `iommugroup` and all). A test module of one's own:"
+)
+
+
 def render_components() -> str:
     components = [read_component(cls) for cls in component_classes()]
     models: list[type] = []
@@ -292,8 +302,15 @@ def render_components() -> str:
         "Outputs are the component's annotated attributes. Argument types the package defines (spec models,",
         "dataclasses) are listed under [Argument types](#argument-types).",
         "",
+        "A component's example is a complete program: `python -m proxmox_gpu_cluster.plan <stack>` plans it",
+        "offline, and a test runs each as written here (under the plan's mock engine and under",
+        "`pulumi.runtime.set_mocks`). Specs and args built in Python are checked as the stack file is: inside",
+        "`with collect_problems():` (`proxmox_gpu_cluster.core.python_door`) every mistake of the block comes at",
+        "once, each line naming its object (`ClusterSpec.workers[2] (gpu-a10-c).memory_mib: ...`).",
+        "",
     ]
     lines += [f"- [{c.cls.__name__}](#{c.cls.__name__.lower()}) (`{c.cls.__module__}`)" for c in components]
+    lines += ["- [Unit tests with Pulumi mocks](#unit-tests-with-pulumi-mocks)"]
     for c in components:
         lines += ["", f"## {c.cls.__name__}", "", f"`from {c.cls.__module__} import {c.cls.__name__}`"]
         if c.type_token:
@@ -310,6 +327,19 @@ def render_components() -> str:
         if c.outputs:
             lines += ["", "| output | type | description |", "|---|---|---|"]
             lines += [f"| `{o.name}` | {_code(o.annotation)} | {cell(o.description)} |" for o in c.outputs]
+        example = EXAMPLES.get(c.cls.__name__)
+        if example:
+            lines += ["", "Example, a complete program:", "", "```python", example.rstrip("\n"), "```"]
+    lines += [
+        "",
+        "## Unit tests with Pulumi mocks",
+        "",
+        UNIT_TEST_INTRO,
+        "",
+        "```python",
+        UNIT_TEST.rstrip("\n"),
+        "```",
+    ]
     lines += ["", "## Argument types", "", "The package's own types that the arguments above name, with their"
               " fields as Python sees them (spec models take field names in Python; stack files use the camelCase"
               " keys of [the spec reference](spec.md))."]  # fmt: skip

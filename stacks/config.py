@@ -21,7 +21,9 @@ from proxmox_gpu_cluster.cluster.providers import Secrets, needed_secrets
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.input_safety import MAX_DEPTH, budget_problem, escape_lines, spec_problems
 from proxmox_gpu_cluster.core.nodes import ExistingGpuNode, GpuNode
+from proxmox_gpu_cluster.core.scheduling_spec import Quota
 from proxmox_gpu_cluster.core.spec import ClusterSpec, load_spec
+from proxmox_gpu_cluster.core.spec_base import validate_stack_data
 
 M = TypeVar("M", bound=BaseModel)
 PROJECT = "proxmox-gpu-cluster"
@@ -180,7 +182,7 @@ def parse_model(model: type[M], raw: Any, root: str) -> M:
     if too_big is not None:
         raise InvalidStackConfig([f"{root}: {too_big}"])
     try:
-        return model.model_validate(raw, by_alias=True, by_name=False)
+        return validate_stack_data(model, raw)
     except ValidationError as err:
         raise InvalidStackConfig(SpecError(spec_problems(err, model), root).lines) from None
 
@@ -202,6 +204,25 @@ def load_nodes(key: str = "gpuNodes", namespace: str | None = None) -> list[GpuN
     if lines:
         raise InvalidStackConfig(lines)
     return nodes
+
+
+def load_quotas(key: str = "quotas", namespace: str | None = None) -> list[Quota]:
+    """GPU quotas from a config key holding a list of ``Quota`` (camelCase keys), for ``GpuQuotasArgs.quotas``;
+    every problem of every entry at once, as InvalidStackConfig (``<ns>:quotas[1].resources: ...``)."""
+    ns = namespace or pulumi.get_project()
+    raw = _config_object(ns, key)
+    if not isinstance(raw, list) or not raw:
+        raise InvalidStackConfig([f"{ns}:{key}: expected a non-empty list of quotas"])
+    lines: list[str] = []
+    quotas: list[Quota] = []
+    for i, item in enumerate(raw):
+        try:
+            quotas.append(parse_model(Quota, item, f"{ns}:{key}[{i}]"))
+        except InvalidStackConfig as err:
+            lines += err.lines
+    if lines:
+        raise InvalidStackConfig(lines)
+    return quotas
 
 
 def _config_object(namespace: str, key: str, expected: str = "structured YAML") -> Any:

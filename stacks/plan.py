@@ -54,8 +54,8 @@ from proxmox_gpu_cluster.stacks.config import PROJECT, InvalidStackConfig
 from proxmox_gpu_cluster.stacks.plan_compare import diff_sides
 from proxmox_gpu_cluster.stacks.plan_context import spec_view
 from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff
-from proxmox_gpu_cluster.stacks.plan_files import example_manifests, tree_order, write_inputs
-from proxmox_gpu_cluster.stacks.plan_inputs import InputError, Program, find_program, read_inputs
+from proxmox_gpu_cluster.stacks.plan_files import copies_agent, example_manifests, tree_order, write_inputs
+from proxmox_gpu_cluster.stacks.plan_inputs import InputError, Program, check_pci_used, find_program, read_inputs
 from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff
 from proxmox_gpu_cluster.stacks.plan_specs import (
     PlannedCluster,
@@ -160,15 +160,16 @@ def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapac
     for prefix, r in ordered:
         flags = " [protect]" if r.protect else ""
         lines.append(f"  {(prefix + r.type).ljust(width)}{r.name}{flags}")
-    lines += ["", "Capacity (what each node will advertise):"]
-    rows = [("WORKER", "PROXMOX NODE", "GPUS", "WORKLOAD", "SHARING", "ADVERTISES")]
+    # Only what the program builds: no capacity table without a GPU node, no agent without a machine it goes to.
+    rows = [("WORKER", "PROXMOX NODE", "GPUS", "WORKLOAD", "SHARING", "ADVERTISES")] if capacity else []
+    lines += ["", "Capacity (what each node will advertise):"] if capacity else []
     for row in capacity:
         gpus = ", ".join(f"{n} x {m}" for m, n in row.gpus.items())
         advertises = ", ".join(
             [f"{k}: {v}" for k, v in row.resources.items()] + [f"{k}: {v} (DRA)" for k, v in row.devices.items()]
         )
         rows.append((row.worker, row.node or "(bare metal)", gpus, row.workload, row.sharing, advertises))
-    widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]) - 1)]
+    widths = [max(len(cells[i]) for cells in rows) for i in range(len(rows[0]) - 1)] if rows else []
     for cells in rows:
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)) + "  " + cells[-1])
     checks = recording.outputs.get("iommuChecks") or {}
@@ -189,8 +190,9 @@ def render_text(stack: str, recording: Recording, capacity: Sequence[WorkerCapac
     chain = critical_path(recording)
     lines += ["", f"Critical path of a first pulumi up ({len(chain)} steps, one after the other):"]
     lines += [f"  {' -> '.join(r.name for r in chain)}"] if chain else []
-    lines += ["", "Node agent (copied once per machine; a step runs again when its fingerprint changes):"]
-    lines += [f"  {line}" for line in agent_lines()]
+    if copies_agent(recording):
+        lines += ["", "Node agent (copied once per machine; a step runs again when its fingerprint changes):"]
+        lines += [f"  {line}" for line in agent_lines()]
     points = reboot_points(recording)
     if points:
         lines += ["", "Reboot points (the only steps that may restart a machine; each decides again when it runs):"]
@@ -338,14 +340,12 @@ def _main(argv: Sequence[str] | None) -> int:
         document, pci = read_inputs(path, args.pci)
         namespaces = args.namespace or spec_namespaces(document, program.project)
         specs = cluster_specs(document, namespaces)
-        unknown = sorted(set(pci) - {n.name for c in specs for n in c.spec.proxmox.nodes})
-        if unknown:
-            raise InputError(f"--pci: no Proxmox node {', '.join(unknown)} in any cluster spec")
         if args.kubevirt_vms:
             print(example_manifests(specs), end="")
             return 0
         given = {"project": program.project, "placeholder_secrets": args.placeholder_secrets}
         recording, capacity = plan(args.stack, document, program.main, pci, **given, spec=specs)
+        check_pci_used(pci, recording)
         if args.diff_config or args.diff_base:
             key = new_digest_key()  # one per diff, for both sides' secrets; forgotten after
             now = plan_document(args.stack, recording, capacity, specs, program.project, secret_key=key)

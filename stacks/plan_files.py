@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
+from proxmox_gpu_cluster.render.agent_bundle import REMOTE_DIR as AGENT_DIR
 from proxmox_gpu_cluster.render.kubevirt import example_virtual_machines
 from proxmox_gpu_cluster.stacks.plan_specs import Specs, clusters_of
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, redact
@@ -66,3 +67,10 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _BlockDumper.add_representer(str, _represent_str)
+
+
+def copies_agent(recording: Recording) -> bool:
+    """Whether the program copies the node agent to any machine (``node_agent.install_agent``)."""
+    return any(
+        r.type == "command:remote:CopyToRemote" and r.inputs.get("remotePath") == AGENT_DIR for r in recording.resources
+    )

@@ -9,21 +9,17 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from proxmox_gpu_cluster.stacks.stack_yaml import StackYamlError, load_stack_yaml, read_capped
+from proxmox_gpu_cluster.testing_pci import API_FIELDS, GET_PCI
 
-PVESH_KEYS = {
-    "iommugroup": "iommuGroup",
-    "subsystem_vendor": "subsystemVendor",
-    "subsystem_device": "subsystemDevice",
-    "vendor_name": "vendorName",
-    "device_name": "deviceName",
-    "subsystem_vendor_name": "subsystemVendorName",
-    "subsystem_device_name": "subsystemDeviceName",
-}
+if TYPE_CHECKING:
+    from proxmox_gpu_cluster.recording import Recording
+
+PVESH_KEYS = API_FIELDS
 """The Proxmox API's snake-case PCI fields -> the provider's ``get_pci`` fields."""
 
 
@@ -157,3 +153,13 @@ def find_program(main: Path | None) -> Program:
     if not isinstance(project, str) or not project:
         raise InputError(f"{project_file}: no project name (a Pulumi.yaml with `name:` must sit beside the program)")
     return Program(main=entry, project=project)
+
+
+def check_pci_used(pci: Mapping[str, object], recording: Recording) -> None:
+    """InputError when ``--pci`` answered for a node the program never looked up: the program (its specs built
+    in Python included) names the nodes, so a node it does not preflight is a typo or the wrong program."""
+    looked_up = {str(i.args.get("nodeName")) for i in recording.invokes if i.token == GET_PCI}
+    unknown = sorted(set(pci) - looked_up)
+    if unknown:
+        known = ", ".join(sorted(looked_up)) or "none"
+        raise InputError(f"--pci: the program preflights no Proxmox node {', '.join(unknown)} (it preflights: {known})")

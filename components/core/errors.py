@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,8 +28,8 @@ class Problem:
         object.__setattr__(self, "message", bounded(self.message, MAX_MESSAGE))
 
     def render(self, root: str = "cluster") -> str:
-        """``root.path: message``."""
-        where = f"{root}.{self.path}" if self.path else root
+        """``root.path: message`` (``path: message`` when the root is empty: the path names its object itself)."""
+        where = f"{root}.{self.path}" if self.path and root else self.path or root
         return f"{where}: {self.message}"
 
 
@@ -55,11 +56,12 @@ class SpecError(Exception):
 
 
 def _sort_key(p: Problem) -> tuple[list[tuple[int, str | int]], str]:
-    # Natural order, so workers[2] sorts before workers[10].
+    # Natural order, so workers[2] sorts before workers[10] (also when named: ``workers[2] (gpu-a).memory_mib``).
     parts: list[tuple[int, str | int]] = []
     for token in p.path.replace("[", ".[").split("."):
-        if token.startswith("[") and token.endswith("]") and token[1:-1].isdigit():
-            parts.append((0, int(token[1:-1])))
+        index = re.match(r"\[([0-9]+)\]", token)
+        if index is not None:
+            parts.append((0, int(index[1])))
         elif token:
             parts.append((1, token))
     return parts, p.message

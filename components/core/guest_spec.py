@@ -40,7 +40,12 @@ Transitions Fully Towards Open-Source GPU Kernel Modules" (2024)."""
 class ExpectedGpu(SpecModel):
     """A GPU the host must show: on the PCI bus, and (with a host driver) in ``nvidia-smi -L``."""
 
-    vendor_device: str = Field(pattern=VENDOR_DEVICE, description="PCI vendor:device id, e.g. ``10de:2236``.")
+    vendor_device: str = Field(
+        pattern=VENDOR_DEVICE,
+        description="PCI vendor:device id, e.g. ``10de:2236`` (an A10): a catalog model's is "
+        "``CATALOG[<model>].vendor_device`` (``proxmox_gpu_cluster.core.catalog``), any card's is the ``[10de:xxxx]`` "
+        "that ``lspci -nn`` prints for it on the host.",
+    )
     product: str = Field(
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="NVML device name with spaces as dashes (the ``nvidia.com/gpu.product`` spelling), e.g. "

@@ -17,7 +17,7 @@ from typing import Literal
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.errors import Problem
-from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.core.spec import ClusterSpec, HostGpu, ProxmoxNode
 
 BRIDGE_CLASS = "0604"
 """PCI class 06 (bridge), subclass 04 (PCI-to-PCI): root ports and switches may share a GPU's group."""
@@ -111,18 +111,24 @@ def _describe(d: PciDevice) -> str:
 
 
 def preflight(spec: ClusterSpec, node: str, devices: list[PciDevice]) -> NodePreflight:
-    """Check the node's passthrough GPUs (every declared GPU but the console one) against its PCI device list.
+    """``preflight_node`` for the node called ``node`` of ``spec``, its problems at ``proxmox.nodes[<i>]``."""
+    node_index = next(i for i, n in enumerate(spec.proxmox.nodes) if n.name == node)
+    return preflight_node(spec.proxmox.nodes[node_index], devices, at=f"proxmox.nodes[{node_index}]")
+
+
+def preflight_node(spec_node: ProxmoxNode, devices: list[PciDevice], *, at: str = "") -> NodePreflight:
+    """Check the node's passthrough GPUs (every declared GPU but the console one) against its PCI device list;
+    a problem's path is below ``at``, the node's own path (empty: the node is the root, as for a node built alone).
 
     With ``acsOverride`` the groups the host reports now are not the groups the GPUs will have once host prep has
     rebooted it with the override, so the isolation check (and the groups the mappings record) moves to host
     prep's verify step, as when the IOMMU is still off.
     """
-    node_index = next(i for i, n in enumerate(spec.proxmox.nodes) if n.name == node)
-    spec_node = spec.proxmox.nodes[node_index]
+    node = spec_node.name
     if not devices:
         # Every running host lists its host bridge and root ports; an empty list was never read from a host, so
         # nothing can be said about its GPUs (a mock engine or an offline plan that was given no device list).
-        return NodePreflight(node, "plan", [Problem(f"proxmox.nodes[{node_index}]", empty_device_list(node))])
+        return NodePreflight(node, "plan", [Problem(at, empty_device_list(node))])
     by_slot: dict[str, list[PciDevice]] = {}
     for d in devices:
         by_slot.setdefault(d.slot, []).append(d)
@@ -132,17 +138,17 @@ def preflight(spec: ClusterSpec, node: str, devices: list[PciDevice]) -> NodePre
     iommu_off = any(d.iommu_group < 0 for _, g in gpus for d in by_slot.get(g.pci_path, []))
     deferred = iommu_off or spec_node.acs_override
     for i, gpu in gpus:
-        at = f"proxmox.nodes[{node_index}].gpus[{i}]"
+        at_gpu = f"{at}.gpus[{i}]" if at else f"gpus[{i}]"
         functions = sorted(by_slot.get(gpu.pci_path, []), key=lambda d: d.address)
         primary = next((d for d in functions if d.address == f"{gpu.pci_path}.0"), None)
         if primary is None:
-            problems.append(Problem(f"{at}.pciPath", f"no PCI device at {gpu.pci_path}.0 on node {node}"))
+            problems.append(Problem(f"{at_gpu}.pciPath", f"no PCI device at {gpu.pci_path}.0 on node {node}"))
             continue
         if primary.vendor_device != gpu.vendor_device:
             model = CATALOG[gpu.model]
             problems.append(
                 Problem(
-                    f"{at}.model",
+                    f"{at_gpu}.model",
                     f"{gpu.pci_path}.0 on {node} is {primary.vendor_device} ({primary.name or 'unknown device'}), "
                     f"not a {model.key} ({gpu.vendor_device})",
                 )
@@ -162,9 +168,28 @@ def preflight(spec: ClusterSpec, node: str, devices: list[PciDevice]) -> NodePre
             names = ", ".join(_describe(d) for d in sorted(others, key=lambda d: d.address))
             problems.append(
                 Problem(
-                    f"{at}.pciPath",
+                    f"{at_gpu}.pciPath",
                     f"IOMMU group {', '.join(map(str, sorted(groups)))} of {gpu.pci_path} also holds {names}; "
                     "set acsOverride: true on this node (weakens isolation) or move the card to another slot",
                 )
             )
     return NodePreflight(node, "host-verify" if deferred else "plan", problems, placements)
+
+
+ROOT_PORT = ("1022:1483", "060400", "1022:1482", "PCIe root port")
+"""What ``described_devices`` puts above each GPU: a root port of its own (AMD's, as on an EPYC host)."""
+
+
+def described_devices(gpus: list[HostGpu], *, iommu: bool = True) -> list[PciDevice]:
+    """The PCI functions of a host exactly as ``gpus`` describe it: each GPU at its path with its model's ids,
+    alone in an IOMMU group behind its own root port; every group -1 with ``iommu=False`` (IOMMU off). What the
+    preflight checks when the lookup brought no device list (a mock engine that answers ``{}``)."""
+    devices: list[PciDevice] = []
+    for j, gpu in enumerate(gpus):
+        group = 20 + j if iommu else -1
+        port, port_class, port_subsystem, port_name = ROOT_PORT
+        devices.append(PciDevice(f"0000:00:{j + 1:02x}.1", port, port_class, group, port_subsystem, port_name))
+        name = CATALOG[gpu.model].pci_name
+        vendor = gpu.vendor_device.split(":")[0]
+        devices.append(PciDevice(f"{gpu.pci_path}.0", gpu.vendor_device, "030200", group, f"{vendor}:1482", name))
+    return devices

@@ -38,6 +38,7 @@ from proxmox_gpu_cluster.core.spec_base import (
     check_pci_path,
     check_proxmox_endpoint,
     check_vendor_device,
+    validate_stack_data,
 )
 from proxmox_gpu_cluster.core.ssh_keys import check_public_key
 from proxmox_gpu_cluster.core.validation import cross_check
@@ -363,6 +364,6 @@ def load_spec(data: Any, root: str = "cluster") -> ClusterSpec:
         raise SpecError([Problem("", too_big)], root)
     try:
         # Stack files are camelCase only: a snake_case key there is an unknown key, not a synonym.
-        return ClusterSpec.model_validate(data, by_alias=True, by_name=False)
+        return validate_stack_data(ClusterSpec, data)
     except ValidationError as err:
         raise SpecError(spec_problems(err, ClusterSpec), root) from None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar, get_args
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, Self, TypeVar, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -16,16 +16,19 @@ from pydantic import (
     Discriminator,
     Field,
     GetJsonSchemaHandler,
+    ModelWrapValidatorHandler,
     Tag,
     ValidationError,
     WithJsonSchema,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
-from proxmox_gpu_cluster.core.errors import Problem, invalid_spec_model, problems_from_validation_error
+from proxmox_gpu_cluster.core.errors import Problem, SpecViolations, invalid_spec_model, problems_from_validation_error
+from proxmox_gpu_cluster.core.python_door import named_path, object_name, record_stand_in, stand_in_problems
 from proxmox_gpu_cluster.core.quoting import shown
 
 LINE_BREAKERS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
@@ -38,6 +41,7 @@ EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]
 
 
 _Init = TypeVar("_Init", bound=Callable[..., None])
+M = TypeVar("M", bound=BaseModel)
 
 
 def _validates_nested_without_init(init: _Init) -> _Init:
@@ -67,17 +71,69 @@ class SpecModel(BaseModel):
 
     @_validates_nested_without_init
     def __init__(self, /, **data: Any) -> None:
-        """Built from Python: every problem at once as one ``InvalidSpecModel`` (``<Model>.<path>: message``, paths
-        in field names; a ``pulumi.RunError`` too under Pulumi), without pydantic's chained traceback. Only the
-        outermost model converts: pydantic validates nested values without calling ``__init__``, and
-        ``load_spec`` (``model_validate``) keeps its ``cluster.<camelCase path>`` lines."""
+        """Built from Python: every problem at once as one ``InvalidSpecModel`` (``<Model> (<name>).<path>:
+        message``, paths in field names, each list item followed by its name; a ``pulumi.RunError`` too under
+        Pulumi), without pydantic's chained traceback. Only the outermost model converts: pydantic validates nested
+        values without calling ``__init__``, and ``load_spec`` keeps its ``cluster.<camelCase path>`` lines. Inside
+        ``collect_problems()`` a bad model records its problems instead of raising (``core/python_door.py``)."""
         try:
             super().__init__(**data)
         except ValidationError as err:
-            problems = problems_from_validation_error(err, python=True)
-            model = type(self)
-            renamed = [Problem(field_path(model, p.path), p.message) for p in problems]
-            raise invalid_spec_model(model.__name__, renamed) from None
+            problems = python_problems(type(self), err, data)
+            if not record_stand_in(self, _root(type(self), data), problems, data):
+                raise invalid_spec_model(_root(type(self), data), problems) from None
+
+    @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        extra: Literal["allow", "ignore", "forbid"] | None = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+    ) -> Self:
+        """pydantic's ``model_validate``, with the problems as the constructor reports them: every one at once as
+        one ``InvalidSpecModel`` (the library's error type), never a ``ValidationError`` traceback. A stack file
+        goes through ``load_spec`` / ``load_model`` instead (camelCase keys only, ``cluster.<path>`` lines)."""
+        try:
+            return super().model_validate(
+                obj, strict=strict, extra=extra, from_attributes=from_attributes, context=context,
+                by_alias=by_alias, by_name=by_name,
+            )  # fmt: skip
+        except ValidationError as err:
+            data = obj if isinstance(obj, Mapping) else {}
+            raise invalid_spec_model(_root(cls, data), python_problems(cls, err, data)) from None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _no_stand_in(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        # A stand-in (a bad model built inside collect_problems) given to this model: its problems are this
+        # model's, under the field it was given for. pydantic runs wrap validators for instances too.
+        problems = stand_in_problems(data)
+        if problems is not None:
+            raise SpecViolations(problems)
+        return handler(data)
+
+
+def validate_stack_data(model: type[M], data: Any) -> M:
+    """``model`` from stack-file data (camelCase keys only), raising pydantic's ``ValidationError`` for the
+    stack-file loaders to report (``load_spec``, ``stacks.config.parse_model``)."""
+    return BaseModel.model_validate.__func__(model, data, by_alias=True, by_name=False)  # type: ignore[attr-defined,no-any-return]
+
+
+def python_problems(model: type[BaseModel], err: ValidationError, data: Any) -> list[Problem]:
+    """The problems of ``model`` built from Python ``data``: paths in field names, items named
+    (``workers[2] (gpu-a10-c).memory_mib``)."""
+    problems = problems_from_validation_error(err, python=True)
+    return [Problem(named_path(field_path(model, p.path), data), p.message) for p in problems]
+
+
+def _root(model: type[BaseModel], data: Any) -> str:
+    name = object_name(data)
+    return f"{model.__name__} ({name})" if name else model.__name__
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:

@@ -59,7 +59,7 @@ class DraDriver(pulumi.ComponentResource):
         if args.namespace is None:
             # The kubelet plugin is a privileged host daemon.
             ns = privileged_namespace(f"{name}-namespace", dra.namespace, pulumi.ResourceOptions(parent=self))
-            namespace = ns.metadata.apply(lambda m: m.name or "")
+            namespace = ns.metadata.apply(lambda m: (m.name if m is not None else None) or "")
         else:
             namespace = args.namespace
         release = nvidia_release(
@@ -72,5 +72,5 @@ class DraDriver(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*caller_dependencies(opts), *args.release_after]),
         )
         self.namespace = pulumi.Output.from_input(namespace)
-        self.release_status = release.status.apply(lambda s: s.status or "")
+        self.release_status = release.status.apply(lambda s: (s.status if s is not None else None) or "")
         self.register_outputs({"namespace": self.namespace, "releaseStatus": self.release_status})

@@ -111,13 +111,13 @@ class GpuOperator(pulumi.ComponentResource):
         mig_name: pulumi.Output[str] = pulumi.Output.from_input("")
         if mig.custom:
             mig_map = config_map("mig-config", mig.name, mig.data)
-            mig_name = mig_map.metadata.apply(lambda m: m.name or "")
+            mig_name = mig_map.metadata.apply(lambda m: (m.name if m is not None else None) or "")
         dcgm_name: pulumi.Output[str] = pulumi.Output.from_input("")
         if op.dcgm:
             metrics = metrics_config_data(op.monitoring)
             dcgm_map = config_map("dcgm-metrics", metrics_config_name(metrics), metrics)
-            dcgm_name = dcgm_map.metadata.apply(lambda m: m.name or "")
-        dp_name = dp_map.metadata.apply(lambda m: m.name or "")
+            dcgm_name = dcgm_map.metadata.apply(lambda m: (m.name if m is not None else None) or "")
+        dp_name = dp_map.metadata.apply(lambda m: (m.name if m is not None else None) or "")
         values = pulumi.Output.all(dp_name, mig_name, dcgm_name).apply(
             lambda names: stack.values(
                 device_plugin_config=names[0],
@@ -135,12 +135,12 @@ class GpuOperator(pulumi.ComponentResource):
             timeout=900,
             opts=pulumi.ResourceOptions(parent=self, depends_on=release_needs),
         )
-        self.namespace = ns.metadata.apply(lambda m: m.name or "")
+        self.namespace = ns.metadata.apply(lambda m: (m.name if m is not None else None) or "")
         self.device_plugin_config = dp_name
         self.mig_config = mig_name
         self.dcgm_metrics_config = dcgm_name
         self.release = release
-        self.release_status = release.status.apply(lambda s: s.status or "")
+        self.release_status = release.status.apply(lambda s: (s.status if s is not None else None) or "")
         self.register_outputs(
             {
                 "namespace": self.namespace,

@@ -65,7 +65,7 @@ class NodeStepAccess(pulumi.ComponentResource):
         ns = kubernetes.core.v1.Namespace(
             f"{name}-namespace", kubernetes.core.v1.NamespaceInitArgs(metadata=_meta(slot_namespace)), opts=first
         )
-        self.namespace = ns.metadata.apply(lambda m: m.name or slot_namespace)
+        self.namespace = ns.metadata.apply(lambda m: (m.name if m is not None else None) or slot_namespace)
         role, cluster_role = node_rbac.ROLE_NAME, node_rbac.cluster_role_name(slot_namespace)
         rbac = kubernetes.rbac.v1
         rbac.Role(

@@ -116,5 +116,5 @@ class GpuSmokeTest(pulumi.ComponentResource):
             ),
         )
         self.resource = pulumi.Output.from_input(resource)
-        self.job = job.metadata.apply(lambda m: m.name or "")
+        self.job = job.metadata.apply(lambda m: (m.name if m is not None else None) or "")
         self.register_outputs({"resource": self.resource, "job": self.job})

@@ -118,7 +118,7 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[wait]),
         )
-        self.reboot = prep.stdout.apply(lambda out: REBOOT_SCHEDULED in out)
-        self.reboot_required = prep.stdout.apply(lambda out: REBOOT_REQUIRED in out)
-        self.groups = verify.stdout.apply(parse_groups)
+        self.reboot = prep.stdout.apply(lambda out: REBOOT_SCHEDULED in (out or ""))
+        self.reboot_required = prep.stdout.apply(lambda out: REBOOT_REQUIRED in (out or ""))
+        self.groups = verify.stdout.apply(lambda out: parse_groups(out or ""))
         self.register_outputs({"reboot": self.reboot, "rebootRequired": self.reboot_required, "groups": self.groups})

@@ -8,7 +8,7 @@ mappings keep that deterministic, and replacing one card touches only its own ma
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pulumi
 import pulumi_proxmoxve as proxmoxve
@@ -16,27 +16,33 @@ from pydantic import Field, model_validator
 
 from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.errors import Problem, SpecError, SpecViolations
-from proxmox_gpu_cluster.core.iommu import NodePreflight, PciDevice, pci_device, preflight
+from proxmox_gpu_cluster.core.iommu import NodePreflight, PciDevice, described_devices, pci_device, preflight_node
 from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.core.spec import ClusterSpec, ProxmoxNode
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.outputs import current_scope, item
 
 
-class IommuPreflightError(pulumi.RunError):
-    """The hosts do not match the spec; one line per problem, each naming its config path (below ``root``)."""
+class IommuPreflightError(SpecError, pulumi.RunError):
+    """The hosts do not match the spec; one line per problem, each naming its config path (below ``root``). A
+    ``SpecError`` (the library's one error type) and a ``pulumi.RunError`` for the CLI."""
 
     def __init__(self, problems: list[Problem], root: str = "cluster") -> None:
-        self.problems = list(problems)
-        self.lines = SpecError(problems, root=root).lines
-        super().__init__("IOMMU preflight failed:\n" + "\n".join(self.lines))
+        SpecError.__init__(self, problems, root=root)
+        self.args = ("IOMMU preflight failed:\n" + "\n".join(self.lines),)
 
 
-def read_pci_devices(node: str, provider: proxmoxve.Provider, parent: pulumi.Resource | None = None) -> list[PciDevice]:
-    """Every PCI function of ``node`` (bridges included: the default class blacklist would hide them)."""
+def read_pci_devices(
+    node: str, provider: proxmoxve.Provider | None, parent: pulumi.Resource | None = None
+) -> list[PciDevice] | None:
+    """Every PCI function of ``node`` (bridges included: the default class blacklist would hide them); None when
+    the answer holds no device list at all, which the provider never gives (it answers ``[]`` for none) and a mock
+    engine does (Pulumi's testing guide answers every call with ``{}``)."""
     result = proxmoxve.hardware.get_pci(
         node_name=node, pci_class_blacklists=[], opts=pulumi.InvokeOptions(provider=provider, parent=parent)
     )
+    if result.devices is None:
+        return None
     return [
         pci_device(
             d.id, d.vendor, d.device, d.class_, d.iommu_group, d.subsystem_vendor, d.subsystem_device, d.device_name
@@ -46,31 +52,47 @@ def read_pci_devices(node: str, provider: proxmoxve.Provider, parent: pulumi.Res
 
 
 def run_preflight(
-    spec: ClusterSpec, provider: proxmoxve.Provider, *, parent: pulumi.Resource | None = None
+    spec: ClusterSpec | ProxmoxNode | Sequence[ProxmoxNode],
+    provider: proxmoxve.Provider | None,
+    *,
+    parent: pulumi.Resource | None = None,
 ) -> dict[str, NodePreflight]:
     """Preflight every node with passthrough GPUs; raise IommuPreflightError with all problems of all nodes.
+    ``spec``: a cluster's spec (paths ``cluster.proxmox.nodes[i]...``), or the Proxmox nodes alone, for programs
+    that wire the Proxmox components without a ``ClusterSpec`` (paths ``ProxmoxNode (<name>).gpus[i]...``).
 
     A synchronous invoke on purpose: the answer decides which resources exist, so it must be known before any
-    of them registers (and it runs in ``pulumi preview`` too).
+    of them registers (and it runs in ``pulumi preview`` too). An answer without a device list (a mock engine's
+    ``{}``) is checked as a host exactly like the node's spec (``described_devices``).
     """
+    if isinstance(spec, ClusterSpec):
+        nodes = [(f"proxmox.nodes[{i}]", n) for i, n in enumerate(spec.proxmox.nodes)]
+        root = "cluster"
+    else:
+        alone = [spec] if isinstance(spec, ProxmoxNode) else list(spec)
+        nodes = [(f"ProxmoxNode ({n.name})", n) for n in alone]
+        root = ""  # each path names its node
     results: dict[str, NodePreflight] = {}
     problems: list[Problem] = []
-    for i, node in enumerate(spec.proxmox.nodes):
+    for at, node in nodes:
         if not node.passthrough_gpus:
             continue
-        result = preflight(spec, node.name, read_pci_devices(node.name, provider, parent))
+        devices = read_pci_devices(node.name, provider, parent)
+        if devices is None:
+            devices = described_devices([g for _, g in node.passthrough_gpus])
+        result = preflight_node(node, devices, at=at)
         problems += result.problems
         if result.check == "host-verify" and not node.host_prep:
             problems.append(
                 Problem(
-                    f"proxmox.nodes[{i}].hostPrep",
+                    f"{at}.hostPrep",
                     f"node {node.name} reports no IOMMU groups (IOMMU is off); set hostPrep: true or enable "
                     "IOMMU on the host yourself",
                 )
             )
         results[node.name] = result
     if problems:
-        raise IommuPreflightError(problems)
+        raise IommuPreflightError(problems, root)
     return results
 
 

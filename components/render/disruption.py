@@ -102,8 +102,9 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
         "rollingChanges": host_roll(spec),
         "firstBoot": first_boot(spec),
         "operatorDriverRoll": _operator_roll(spec),
+        # The gates wait for the operator's release: a cluster without the operator has none (cluster/builders.py).
         "capacityGateSeconds": spec.gpu_operator.capacity_gate_seconds
-        if spec.kubernetes.join_method == "kubeadm"
+        if spec.kubernetes.join_method == "kubeadm" and spec.gpu_operator.enabled
         else 0,
     }
 
@@ -242,8 +243,8 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
             f"worker(s), {roll['maxParallelUpgrades']} at a time (at most {roll['maxUnavailable']} unavailable), {how}"
             + ("" if roll["autoUpgrade"] else "; autoUpgrade is off, so it waits for you to label nodes for upgrade")
         )
-    gate = spec.gpu_operator.capacity_gate_seconds
-    if gate and spec.kubernetes.join_method == "kubeadm":
+    gate = disruption(spec)["capacityGateSeconds"]
+    if gate:
         lines.append(
             f"After every change to the GPU stack each worker must advertise its capacity row within {gate} s, or the "
             "update fails naming the node"

@@ -46,9 +46,9 @@ def test_a_model_built_from_python_reports_every_problem_by_field_name() -> None
     with pytest.raises(SpecError) as err:
         _worker(memory_mib=-1, disk_gib="big", memry=1)
     assert err.value.lines == [
-        "Worker.disk_gib: Input should be a valid integer, unable to parse string as an integer",
-        "Worker.memory_mib: Input should be greater than or equal to 2048",
-        "Worker.memry: unknown field (check the spelling)",
+        "Worker (w).disk_gib: Input should be a valid integer, unable to parse string as an integer",
+        "Worker (w).memory_mib: Input should be greater than or equal to 2048",
+        "Worker (w).memry: unknown field (check the spelling)",
     ]
     assert isinstance(err.value, ValueError)  # a model built inside another model's validator reports through it
     assert err.value.__cause__ is None and err.value.__suppress_context__  # no pydantic traceback chained
@@ -60,15 +60,18 @@ def test_nested_problems_reach_the_outermost_model_with_their_path() -> None:
 
     with pytest.raises(SpecError) as err:
         ClusterSpec(workers=({"name": "w", "memoryMiB": 3, "time_slicing": {"replicas": 1}},))  # type: ignore[arg-type,call-arg]
-    assert "ClusterSpec.workers[0].memory_mib: Input should be greater than or equal to 2048" in err.value.lines
-    assert "ClusterSpec.workers[0].time_slicing.replicas: Input should be greater than or equal to 2" in err.value.lines
+    assert "ClusterSpec.workers[0] (w).memory_mib: Input should be greater than or equal to 2048" in err.value.lines
+    assert (
+        "ClusterSpec.workers[0] (w).time_slicing.replicas: Input should be greater than or equal to 2"
+        in err.value.lines
+    )
     assert "ClusterSpec.proxmox: required field is missing" in err.value.lines
     # A cross-field rule's path (written as the stack file spells it) comes out in field names too.
     with pytest.raises(SpecError) as err:
         ExistingGpuNode(name="bm-1", gpus={"A10": 1}, sharing="time-slicing", vgpu_type="A10-24Q")
     assert err.value.lines == [
-        "ExistingGpuNode.time_slicing: sharing time-slicing needs timeSlicing.replicas",
-        "ExistingGpuNode.vgpu_type: set exactly when workload is vm-vgpu",
+        "ExistingGpuNode (bm-1).time_slicing: sharing time-slicing needs timeSlicing.replicas",
+        "ExistingGpuNode (bm-1).vgpu_type: set exactly when workload is vm-vgpu",
     ]
 
 

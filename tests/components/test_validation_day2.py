@@ -319,7 +319,7 @@ def test_existing_gpu_nodes_get_the_mig_rules_workers_get(mig: Any, message: str
 
     with pytest.raises(SpecError) as err:
         ExistingGpuNode(name="bm-1", gpus={"A100-PCIE-40GB": 1}, sharing="mig", mig=mig)
-    assert [line.split(" (known:")[0] for line in err.value.lines] == [f"ExistingGpuNode.mig: {message}"]
+    assert [line.split(" (known:")[0] for line in err.value.lines] == [f"ExistingGpuNode (bm-1).mig: {message}"]
 
 
 def test_a_slot_lease_shorter_than_the_drain_is_refused() -> None:

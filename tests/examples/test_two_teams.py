@@ -63,7 +63,7 @@ def test_the_cli_plans_both_capacity_tables_disruptions_and_pci_for_either(
     assert {row["worker"] for row in plan_json["capacity"]} == {"gpu-a10-1", "speech-a100-1"}
     assert set(plan_json["disruption"]) == {"vision", "speech"}
     assert main(["dev", "--main", str(EXAMPLE), "--placeholder-secrets", "--pci", f"pve9={pci}"]) == 2
-    assert "no Proxmox node pve9 in any cluster spec" in capsys.readouterr().err
+    assert "--pci: the program preflights no Proxmox node pve9 (it preflights: pve1)" in capsys.readouterr().err
 
 
 def test_a_second_claim_on_the_gpu_is_refused_naming_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

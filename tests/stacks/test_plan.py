@@ -226,7 +226,7 @@ def test_pci_file_from_pvesh_feeds_the_preflight(tmp_path: Path, capsys: pytest.
 
 @pytest.mark.parametrize(
     ("arg", "message"),
-    [("pve9={file}", "--pci: no Proxmox node pve9 in any cluster spec"), ("pve1={missing}", "--pci pve1="),
+    [("pve9={file}", "--pci: the program preflights no Proxmox node pve9 (it preflights: pve1)"), ("pve1={missing}", "--pci pve1="),
      ("pve1={bad}", "expected a JSON list of PCI devices")],
 )  # fmt: skip
 def test_pci_file_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], arg: str, message: str) -> None:
