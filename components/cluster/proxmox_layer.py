@@ -68,7 +68,7 @@ def build_proxmox(
         # several clusters each line says whose host does not match.
         if prefix == STACK_CLUSTER:
             raise
-        raise IommuPreflightError(err.problems, root=f"GpuCluster({prefix}).spec") from None
+        raise IommuPreflightError(list(err.problems), root=f"GpuCluster({prefix}).spec") from None
     vms: dict[str, GpuWorkerVm] = {}
     preps: dict[str, ProxmoxHostGpuPrep] = {}
     host_agents: dict[str, command.remote.CopyToRemote] = {}

@@ -17,7 +17,8 @@ from proxmox_gpu_cluster.core.dcgm_fields import (
     MetricType,
 )
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
-from proxmox_gpu_cluster.core.spec_base import LINE_BREAKERS, Int, Name, SpecModel, with_string_shorthand
+from proxmox_gpu_cluster.core.quoting import LINE_BREAKERS
+from proxmox_gpu_cluster.core.spec_base import Int, Name, SpecModel, with_string_shorthand
 
 LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"

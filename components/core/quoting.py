@@ -7,6 +7,10 @@ problem's path and message are ``bounded`` (``errors.Problem``), so no line grow
 
 from __future__ import annotations
 
+LINE_BREAKERS = "\x00-\x1f\x7f-\x9f\u2028\u2029"
+"""A regex character-class body: C0 and C1 control characters, DEL, and the Unicode line and paragraph separators
+that YAML and terminals treat as line breaks (U+0085 NEL is C1). One-line text never holds them."""
+
 MAX_SHOWN = 80
 """Characters of a value a message quotes; the longest legitimate values quoted (a PCI path, an address, a model
 key, a MIG config name) are far shorter."""

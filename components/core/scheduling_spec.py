@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
-from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, LINE_BREAKERS, Int, Name, SpecModel
+from proxmox_gpu_cluster.core.quoting import LINE_BREAKERS
+from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, Int, Name, SpecModel
 
 MAX_QUOTA = 1_000_000
 """Upper bound of a quota value (extended resources count devices, not bytes)."""

@@ -20,6 +20,7 @@ from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.errors import Problem, SpecError, SpecViolations
 from proxmox_gpu_cluster.core.input_safety import budget_problem, spec_problems
 from proxmox_gpu_cluster.core.monitoring_spec import DcgmMetric, MonitoringSpec
+from proxmox_gpu_cluster.core.net_checks import check_proxmox_endpoint
 from proxmox_gpu_cluster.core.operator_spec import DraSpec, GpuOperatorSpec, SmokeTestSpec
 from proxmox_gpu_cluster.core.scheduling_spec import PriorityClassSpec, Quota
 from proxmox_gpu_cluster.core.spec_base import (
@@ -36,7 +37,6 @@ from proxmox_gpu_cluster.core.spec_base import (
     VgpuType,
     camel_alias,
     check_pci_path,
-    check_proxmox_endpoint,
     check_vendor_device,
     validate_stack_data,
 )

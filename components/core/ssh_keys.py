@@ -18,7 +18,7 @@ import binascii
 import re
 import struct
 
-from proxmox_gpu_cluster.core.spec_base import LINE_BREAKERS
+from proxmox_gpu_cluster.core.quoting import LINE_BREAKERS
 
 KEY_TYPES = (
     "ssh-ed25519",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from proxmox_gpu_cluster.core.errors import Problem
-from proxmox_gpu_cluster.core.spec_base import endpoint_host
+from proxmox_gpu_cluster.core.net_checks import endpoint_host
 
 if TYPE_CHECKING:
     # Types only: the spec module runs the cross-field validation, which imports this module.

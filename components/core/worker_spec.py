@@ -10,6 +10,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
+from proxmox_gpu_cluster.core.net_checks import check_http_url, check_ip_or_cidr, check_ipv4, check_unicast
 from proxmox_gpu_cluster.core.spec_base import (
     DNS_LABEL,
     BridgeId,
@@ -23,10 +24,6 @@ from proxmox_gpu_cluster.core.spec_base import (
     VgpuType,
     camel_alias,
     check_cloud_image,
-    check_http_url,
-    check_ip_or_cidr,
-    check_ipv4,
-    check_unicast,
     with_string_shorthand,
 )
 

@@ -12,7 +12,8 @@ from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity, container_resources
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.operator_spec import SmokeTestSpec
-from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, LINE_BREAKERS, Name
+from proxmox_gpu_cluster.core.quoting import LINE_BREAKERS
+from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, Name
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 
 RERUN_ANNOTATION = "proxmox-gpu-cluster.io/depends-on"

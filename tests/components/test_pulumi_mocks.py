@@ -108,11 +108,12 @@ def test_pci_invokes_take_the_proxmox_apis_field_names() -> None:
 
 
 def test_the_preflight_takes_a_node_and_names_it() -> None:
+    bridges_only = [d for d in spec_shaped_pci(NODE) if d["vendor"] != "0x10de"]  # the host without its GPU
     def program() -> None:
         run_preflight(NODE, proxmoxve.Provider("pve"))
 
     with pytest.raises(IommuPreflightError) as err:
-        run(program, mocks=RecordingMocks(invokes=pci_invokes(None, {"pve1": []})))
+        run(program, mocks=RecordingMocks(invokes=pci_invokes(None, {"pve1": bridges_only})))
     assert err.value.lines == ["ProxmoxNode (pve1).gpus[0].pciPath: no PCI device at 0000:41:00.0 on node pve1"]
     result = {}
 

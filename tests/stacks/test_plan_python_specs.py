@@ -58,11 +58,16 @@ def test_pci_files_answer_for_the_nodes_the_program_names(tmp_path: Path, capsys
     real.write_text(json.dumps(spec_shaped_pci(spec, "pve1")))
     assert main(["dev", "--main", str(program), "--pci", f"pve1={real}"]) == 0
     capsys.readouterr()
+    # The host as it answers without its GPUs (its bridges and root ports only).
+    no_gpus = tmp_path / "no-gpus.json"
+    no_gpus.write_text(json.dumps([d for d in spec_shaped_pci(spec, "pve1") if d["vendor"] != "0x10de"]))
+    assert main(["dev", "--main", str(program), "--pci", f"pve1={no_gpus}"]) == 2
+    err = capsys.readouterr().err
+    assert "GpuCluster(lab).spec.proxmox.nodes[0].gpus[0].pciPath: no PCI device at" in err and "on node pve1" in err
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
     assert main(["dev", "--main", str(program), "--pci", f"pve1={empty}"]) == 2
-    err = capsys.readouterr().err
-    assert "cluster.proxmox.nodes[0].gpus[0].pciPath: no PCI device at" in err and "on node pve1" in err
+    assert "the PCI device list answered for node pve1 is empty" in capsys.readouterr().err
     assert main(["dev", "--main", str(program), "--pci", f"pve9={empty}"]) == 2
     assert "--pci: the program preflights no Proxmox node pve9 (it preflights: pve1, pve2)" in capsys.readouterr().err
 
