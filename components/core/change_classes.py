@@ -65,11 +65,11 @@ def _c(change: ChangeClass, what: str, procedure: str = "", *, supported: bool =
 
 
 _NOTHING = "only the resources that carry the value change; no machine is disrupted"
-_LABELS = "node labels, device-plugin/operator configuration change; GPU Operator daemonsets may restart, no drain"
-_HELM = "a GPU Operator Helm value changes; the operator reconciles its daemonsets, no drain"
+_LABELS = "node labels, device-plugin/operator configuration change; GPU Operator daemonsets may restart; nodes stay in service"
+_HELM = "a GPU Operator Helm value changes; the operator reconciles its daemonsets; nodes stay in service"
 _MONITORING = "a monitoring object (ServiceMonitor, PrometheusRule, dashboard or exporter ConfigMap) changes"
 _ROLL = "through rollout slots: cordon, drain, change, reboot if needed, verify, uncordon"
-_SETTING = "a setting of the steps changes; they run again and decide from the machine, nothing is drained"
+_SETTING = "a setting of the steps changes; they run again and decide from the machine; every node stays in service"
 _PENDING = "the provider writes the VM configuration; it stays pending until the VM is stopped and started"
 _CLOUD_INIT = "the cloud-init drive changes; the guest reads it only at its first boot"
 _OPERATOR_ROLL = "the operator's upgrade controller settings change; nothing rolls until the driver changes"
@@ -85,7 +85,7 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     "ClusterSpec.quotas": _c("in-place", "ResourceQuotas change; running pods are not evicted"),
     "ClusterSpec.priorityClasses": _c("in-place", "PriorityClasses are created or deleted; running pods keep theirs"),
     # ExistingGpuNode (the GPU-stack components' nodes, provisioned elsewhere)
-    "ExistingGpuNode.name": _c("in-place", "the labels move to the named node; nothing is drained"),
+    "ExistingGpuNode.name": _c("in-place", "the labels move to the named node; every node stays in service"),
     "ExistingGpuNode.gpus": _c("in-place", "the capacity table and its gate change"),
     "ExistingGpuNode.workload": _c("in-place", _LABELS),
     "ExistingGpuNode.sharing": _c("in-place", _LABELS),
@@ -100,7 +100,7 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     # ProxmoxSpec
     "ProxmoxSpec.endpoint": _c("in-place", "the Proxmox provider's endpoint changes (same cluster, new address)"),
     "ProxmoxSpec.tlsVerify": _c("in-place", "the Proxmox provider's TLS setting changes"),
-    "ProxmoxSpec.authMode": _c("in-place", "the Proxmox provider's credentials change; nothing is drained"),
+    "ProxmoxSpec.authMode": _c("in-place", "the Proxmox provider's credentials change; every node stays in service"),
     "ProxmoxSpec.username": _c("in-place", "the Proxmox provider's user changes"),
     "ProxmoxSpec.sshUser": _c(
         "refused",
@@ -109,7 +109,9 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
         "node), or keep proxmox.sshUser",
         supported=False,
     ),
-    "ProxmoxSpec.sshAgent": _c("in-place", "every step's SSH connection changes; the steps run again, nothing drains"),
+    "ProxmoxSpec.sshAgent": _c(
+        "in-place", "every step's SSH connection changes; the steps run again; every node stays in service"
+    ),
     "ProxmoxSpec.nodes": _c("host-reboot", "an added node is prepared (host prep, as rebootPolicy allows)"),
     # Worker
     "Worker.name": _c(
@@ -169,7 +171,9 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
         supported=False,
         when="workers that joined under the old minor remain",
     ),
-    "KubernetesSpec.joinMethod": _c("in-place", "the join and rollout steps are added or dropped; nothing drains"),
+    "KubernetesSpec.joinMethod": _c(
+        "in-place", "the join and rollout steps are added or dropped; every node stays in service"
+    ),
     "KubernetesSpec.drain": _c("in-place", "see DrainSpec's fields"),
     # GuestSpec
     "GuestSpec.sshPublicKeys": _c(
@@ -179,8 +183,10 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
         supported=False,
     ),
     "GuestSpec.driverFlavor": _c("rolled", _ROLL + " (another driver package line)"),
-    "GuestSpec.toolkitVersion": _c("in-place", "the runtime step installs the toolkit version; no drain"),
-    "GuestSpec.defaultRuntime": _c("in-place", "the runtime step reconfigures containerd; no drain"),
+    "GuestSpec.toolkitVersion": _c(
+        "in-place", "the runtime step installs the toolkit version; the node stays in service"
+    ),
+    "GuestSpec.defaultRuntime": _c("in-place", "the runtime step reconfigures containerd; the node stays in service"),
     # GpuOperatorSpec
     "GpuOperatorSpec.enabled": _c("in-place", "the GPU Operator release is installed or removed"),
     "GpuOperatorSpec.chartVersion": _c("in-place", _HELM + " (each daemonset whose image changed rolls)"),
@@ -293,7 +299,9 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
             "slotWaitSeconds",
         )
     },
-    "DrainSpec.slotNamespace": _c("in-place", "the slot namespace and the nodes' grant there move; nothing drains"),
+    "DrainSpec.slotNamespace": _c(
+        "in-place", "the slot namespace and the nodes' grant there move; every node stays in service"
+    ),
     **{
         f"DriverUpgradeSpec.{k}": _c("in-place", _OPERATOR_ROLL)
         for k in (
