@@ -160,11 +160,11 @@ def _refusal(field: str, old: Any, new: Any, spec_old: Mapping[str, Any], spec_n
 
 def _renames(namespace: str, where: str, spec_old: Mapping[str, Any], spec_new: Mapping[str, Any]) -> list[FieldChange]:
     """A worker removed and one added with the same vmid on the same node: a rename (``Worker.name``)."""
-    old = {(w.get("vmid"), w.get("node")): w["name"] for w in spec_old.get("workers", []) if isinstance(w, Mapping)}
+    old = {(w.get("vmid"), w.get("node")): w.get("name") for w in spec_old.get("workers", []) if isinstance(w, Mapping)}
     out = []
     for w in spec_new.get("workers", []):
         was = old.get((w.get("vmid"), w.get("node"))) if isinstance(w, Mapping) else None
-        if was is not None and was != w.get("name") and w.get("name") not in _names(spec_old, "workers"):
+        if isinstance(was, str) and was != w.get("name") and w.get("name") not in _names(spec_old, "workers"):
             klass = field_class("Worker.name")
             assert klass is not None
             path = f"{where}workers[{w['name']}].name"
