@@ -304,8 +304,8 @@ def machine_effects(
         for suffix, kind in REBOOT_KIND.items():
             if c.name.endswith(suffix) and c.name.startswith(prefix):
                 machine = c.name.removeprefix(prefix).removesuffix(suffix)
-                slotted = suffix in SLOTTED and c.action == "update" and rolled is not None and not c.bundle
-                if slotted and not rolled & {ALL, machine}:
+                slotted = suffix in SLOTTED and c.action == "update" and not c.bundle
+                if slotted and rolled is not None and not rolled & {ALL, machine}:
                     continue
                 restarts.append({
                     "machine": machine,

@@ -34,7 +34,7 @@ Step = tuple[str, bool, bool]
 def _routes() -> dict[type[BaseModel], list[Step]]:
     """Each model reachable from ClusterSpec -> the keys from the spec's root to one of its values (first found)."""
     routes: dict[type[BaseModel], list[Step]] = {ClusterSpec: []}
-    todo = deque([ClusterSpec])
+    todo: deque[type[BaseModel]] = deque([ClusterSpec])
     while todo:
         model = todo.popleft()
         for name, f in model.model_fields.items():
