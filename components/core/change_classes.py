@@ -64,8 +64,7 @@ def _c(change: ChangeClass, what: str, procedure: str = "", *, supported: bool =
     return FieldClass(change, what, procedure, supported, when)
 
 
-_NOTHING = "only the resources that carry the value change; no machine is disrupted"
-_LABELS = "node labels, device-plugin/operator configuration change; GPU Operator daemonsets may restart; nodes stay in service"
+_LABELS = "node labels and device-plugin configuration change; operator daemonsets may restart; nodes stay in service"
 _HELM = "a GPU Operator Helm value changes; the operator reconciles its daemonsets; nodes stay in service"
 _MONITORING = "a monitoring object (ServiceMonitor, PrometheusRule, dashboard or exporter ConfigMap) changes"
 _ROLL = "through rollout slots: cordon, drain, change, reboot if needed, verify, uncordon"
