@@ -386,6 +386,11 @@ REMOVALS: Mapping[str, FieldClass] = {
 """List fields whose item removal is another class than its adding (the ``CHANGE_CLASSES`` entry)."""
 
 
+def rolled_fields() -> list[str]:
+    """The fields whose change rolls through rollout slots, as a reader writes them (``Model.key``)."""
+    return sorted(k for k, c in CHANGE_CLASSES.items() if c.drains)
+
+
 def field_class(key: str, *, removed: bool = False) -> FieldClass | None:
     """The class of ``<Model>.<key>`` (``removed``: of removing an item of a list field), None for a key the table
     does not know."""
