@@ -15,6 +15,7 @@ reason to their ``fails``, so the summary says WILL FAIL) and is listed with its
 from __future__ import annotations
 
 import json
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -27,6 +28,8 @@ from proxmox_gpu_cluster.core.change_classes import FieldClass, field_class
 from proxmox_gpu_cluster.core.input_safety import escape_controls
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 
+STEP_OF = {"GpuOperatorSpec.driverVersion": "driver", "GuestSpec.toolkitVersion": "runtime"}
+"""A pinned package's field -> the guest step that installs it (and refuses a downgrade)."""
 ALL = "*"
 """In ``rolled_machines``: a cluster-wide change, every worker."""
 
@@ -135,6 +138,12 @@ def _minor(version: Any) -> tuple[int, ...]:
         return ()
 
 
+def _version(text: str) -> tuple[int, ...]:
+    """A package version's numbers in order (``580.105.08`` > ``580.95.05``; ``1.18.2-1`` > ``1.17.8-1``): enough to
+    tell a lower pin of the same package line, which is all ``_refusal`` asks."""
+    return tuple(int(n) for n in re.findall(r"\d+", text))
+
+
 def _names(spec: Mapping[str, Any], key: str) -> set[str]:
     return {w["name"] for w in spec.get(key, []) if isinstance(w, Mapping) and isinstance(w.get("name"), str)}
 
@@ -142,20 +151,23 @@ def _names(spec: Mapping[str, Any], key: str) -> set[str]:
 def _refusal(field: str, old: Any, new: Any, spec_old: Mapping[str, Any], spec_new: Mapping[str, Any]) -> str:
     """Why the change cannot be carried out (with the procedure), or ``""``."""
     klass = field_class(field)
-    if klass is None:
+    if klass is None or old is None or new is None:
         return ""
+    why = klass.refused_when or klass.what
     if field == "KubernetesSpec.version":
         joined = _names(spec_old, "workers") & _names(spec_new, "workers")
         kubeadm = (spec_old.get("kubernetes") or {}).get("joinMethod") == "kubeadm"
-        if _minor(old) == _minor(new) or not joined or not kubeadm:
-            return ""  # no worker joined under the old minor: new workers join at the new one
-        return f"{klass.what}; instead: {klass.procedure}"
-    if field == "Worker.diskGiB":
-        smaller = isinstance(old, int) and isinstance(new, int) and new < old
-        return f"{klass.refused_when}; instead: {klass.procedure}" if smaller else ""
-    if klass.change == "refused" and old is not None and new is not None:
-        return f"{klass.what}; instead: {klass.procedure}"
-    return ""
+        # no worker joined under the old minor: new workers join at the new one
+        refused = _minor(old) != _minor(new) and bool(joined) and kubeadm
+        why = klass.what
+    elif field == "Worker.diskGiB":
+        refused = isinstance(old, int) and isinstance(new, int) and new < old
+    elif klass.refused_when.startswith("the new version is lower"):
+        host = (spec_new.get("gpuOperator") or {}).get("driverMode", "host") == "host"
+        refused = host and isinstance(old, str) and isinstance(new, str) and _version(new) < _version(old)
+    else:
+        refused = klass.change == "refused"
+    return f"{why}; instead: {klass.procedure}" if refused else ""
 
 
 def _renames(namespace: str, where: str, spec_old: Mapping[str, Any], spec_new: Mapping[str, Any]) -> list[FieldChange]:
@@ -219,6 +231,9 @@ def refused_rows(before: Mapping[str, Any], after: Mapping[str, Any], prefix: st
         line = f"will fail: {change.path} {_short(change.old)} → {_short(change.new)}: {change.refused}"
         if change.field in ("Worker.datastore", "Worker.diskGiB"):
             out.setdefault(f"{prefix}{change.owner}-vm", []).append(line)
+        elif change.field in STEP_OF:
+            for worker in sorted(_names(specs.get(change.namespace) or {}, "workers")):
+                out.setdefault(f"{prefix}{worker}-bootstrap-{STEP_OF[change.field]}", []).append(line)
         elif change.field == "KubernetesSpec.version":
             old_spec = (before.get("specs") or {}).get(change.namespace) or {}
             joined = _names(old_spec, "workers") & _names(specs.get(change.namespace) or {}, "workers")
@@ -252,7 +267,7 @@ def class_document(changes: list[FieldChange]) -> list[dict[str, Any]]:
                 "class": klass.change if klass else "unclassified",
                 "supported": bool(klass and klass.supported) and not c.refused,
                 "what": klass.what if klass else "",
-                "procedure": klass.procedure if klass else "",
+                "procedure": klass.procedure if klass and (c.refused or not klass.supported) else "",
                 "refused": c.refused,
             }
         )

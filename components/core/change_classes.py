@@ -6,15 +6,10 @@ Keys are ``<Model>.<key>``, the model and camelCase key as ``docs/spec.md`` list
 field (``ClusterSpec.workers``, ``ProxmoxNode.gpus``...) is the adding or removing of an item; a change inside an
 item is the class of that item's own field.
 
-The classes:
-
-- ``in-place``: no machine is disrupted (a label, a ConfigMap, a Helm value, a step's setting).
-- ``rolled``: joined nodes are changed through rollout slots (take a slot, cordon, drain, change, reboot if needed,
-  verify, uncordon, release; at most ``kubernetes.drain.maxUnavailable`` at once).
-- ``vm-restart``: the worker's VM must be stopped and started through Proxmox for the change to apply.
-- ``host-reboot``: the Proxmox node reboots (host prep, as ``rebootPolicy`` allows).
-- ``replace``: resources are deleted and created (a worker's VM: drained and retired first).
-- ``refused``: ``pulumi up`` has no supported path; the plan's diff refuses it with the procedure.
+Classes: ``in-place`` (no machine disrupted), ``rolled`` (joined nodes change through rollout slots: slot, cordon,
+drain, change, reboot if needed, verify, uncordon, release), ``vm-restart`` (the VM must be stopped and started
+through Proxmox), ``host-reboot`` (host prep, as ``rebootPolicy`` allows), ``replace`` (deleted and created; a
+worker's VM drained and retired first), ``refused`` (no supported path: the diff refuses it with the procedure).
 
 ``supported`` says whether ``pulumi up`` carries the change out today: a ``vm-restart`` change the provider only
 writes into the VM's configuration (``reboot_after_update: false``) stays pending until someone restarts the VM,
@@ -71,6 +66,12 @@ _ROLL = "through rollout slots: cordon, drain, change, reboot if needed, verify,
 _SETTING = "a setting of the steps changes; they run again and decide from the machine; every node stays in service"
 _PENDING = "the provider writes the VM configuration; it stays pending until the VM is stopped and started"
 _CLOUD_INIT = "the cloud-init drive changes; the guest reads it only at its first boot"
+# apt-get install -y refuses to downgrade without --allow-downgrades (apt 2.6 apt-private/private-install.cc:
+# "Packages were downgraded and -y was used without --allow-downgrades"); the steps do not pass it.
+_LOWER = "the new version is lower (host driver mode: apt refuses the downgrade, the node stays cordoned)"
+_DOWNGRADE = (
+    "downgrade each worker by hand (drain; apt-get install --allow-downgrades <package>=<version>), then pin it"
+)
 _OPERATOR_ROLL = "the operator's upgrade controller settings change; nothing rolls until the driver changes"
 
 CHANGE_CLASSES: Mapping[str, FieldClass] = {
@@ -89,10 +90,7 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     "ExistingGpuNode.workload": _c("in-place", _LABELS),
     "ExistingGpuNode.sharing": _c("in-place", _LABELS),
     "ExistingGpuNode.timeSlicing": _c("in-place", _LABELS),
-    "ExistingGpuNode.mig": _c(
-        "in-place",
-        "the node's mig.config label changes; mig-manager repartitions it undrained (drain it yourself first)",
-    ),
+    "ExistingGpuNode.mig": _c("in-place", "its mig.config label changes; mig-manager repartitions it undrained"),
     "ExistingGpuNode.vgpuType": _c("in-place", _LABELS),
     "ExistingGpuNode.dra": _c("in-place", _LABELS),
     "ExistingGpuNode.taint": _c("in-place", "the node's taint changes; running pods stay"),
@@ -108,9 +106,7 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
         "node), or keep proxmox.sshUser",
         supported=False,
     ),
-    "ProxmoxSpec.sshAgent": _c(
-        "in-place", "every step's SSH connection changes; the steps run again; every node stays in service"
-    ),
+    "ProxmoxSpec.sshAgent": _c("in-place", "every step's SSH connection changes; every node stays in service"),
     "ProxmoxSpec.nodes": _c("host-reboot", "an added node is prepared (host prep, as rebootPolicy allows)"),
     # Worker
     "Worker.name": _c(
@@ -170,9 +166,7 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
         supported=False,
         when="workers that joined under the old minor remain",
     ),
-    "KubernetesSpec.joinMethod": _c(
-        "in-place", "the join and rollout steps are added or dropped; every node stays in service"
-    ),
+    "KubernetesSpec.joinMethod": _c("in-place", "join and rollout steps are added or dropped; nodes stay in service"),
     "KubernetesSpec.drain": _c("in-place", "see DrainSpec's fields"),
     # GuestSpec
     "GuestSpec.sshPublicKeys": _c(
@@ -183,7 +177,10 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     ),
     "GuestSpec.driverFlavor": _c("rolled", _ROLL + " (another driver package line)"),
     "GuestSpec.toolkitVersion": _c(
-        "in-place", "the runtime step installs the toolkit version; the node stays in service"
+        "in-place",
+        "the runtime step installs the toolkit version; the node stays in service",
+        _DOWNGRADE,
+        when=_LOWER,
     ),
     "GuestSpec.defaultRuntime": _c("in-place", "the runtime step reconfigures containerd; the node stays in service"),
     # GpuOperatorSpec
@@ -192,7 +189,9 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     "GpuOperatorSpec.namespace": _c("replace", "the release and its namespace are recreated"),
     "GpuOperatorSpec.driverMode": _c("rolled", _ROLL + " (the driver moves between the guest and the operator)"),
     "GpuOperatorSpec.driverBranch": _c("rolled", _ROLL + " (host mode; the operator rolls it in operator mode)"),
-    "GpuOperatorSpec.driverVersion": _c("rolled", _ROLL + " (host mode; the operator rolls it in operator mode)"),
+    "GpuOperatorSpec.driverVersion": _c(
+        "rolled", _ROLL + " (host mode; the operator rolls it in operator mode)", _DOWNGRADE, when=_LOWER
+    ),
     "GpuOperatorSpec.driverUpgrade": _c("in-place", _OPERATOR_ROLL),
     "GpuOperatorSpec.kernelModuleType": _c("rolled", _ROLL + " (open or proprietary modules)"),
     "GpuOperatorSpec.cdi": _c("in-place", _HELM + "; the runtime step reconfigures containerd"),
