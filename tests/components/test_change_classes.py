@@ -1,15 +1,12 @@
 """The one table of change classes (core/change_classes.py): every spec field has a class, a new field without one
-fails here, a change without a supported path says what to do instead, and docs/day2.md holds the table as the
-module has it."""
+fails here, and a change without a supported path says what to do instead (docs/day2.md: test_day2_table.py)."""
 
 from __future__ import annotations
 
 import typing
 
 from proxmox_gpu_cluster.core.change_classes import CHANGE_CLASSES, CLASSES, REMOVALS, ChangeClass, field_class
-from proxmox_gpu_cluster.stacks.day2_table import BEGIN, END, render_table, with_table
 from proxmox_gpu_cluster.stacks.reference import spec_models
-from tests.support import ROOT
 
 
 def spec_fields() -> set[str]:
@@ -68,14 +65,3 @@ def test_removing_a_worker_is_its_own_class() -> None:
     assert removed is not None and removed.change == "replace" and "drained" in removed.what
     assert field_class("Worker.cores", removed=True) == field_class("Worker.cores")
     assert field_class("Worker.noSuchField") is None
-
-
-def test_day2_md_holds_the_current_table() -> None:
-    committed = (ROOT / "docs" / "day2.md").read_text()
-    assert with_table(committed) == committed, (
-        "regenerate: python -m proxmox_gpu_cluster.stacks.day2_table --write docs/day2.md"
-    )
-    table = committed.split(BEGIN, 1)[1].split(END, 1)[0]
-    for key, c in CHANGE_CLASSES.items():
-        assert f"| `{key}` | {c.change}" in table, key
-    assert table.strip() == render_table().strip()
