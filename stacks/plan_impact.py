@@ -19,7 +19,9 @@
   ``updateStrategy: OnDelete``);
 - what runs on the machines: a removed worker's retirement (its delete command: ``worker_retirement.py``), VM
   restarts (the large-BAR and MIG restart steps run again: pulumi-command runs ``create`` again on an update when no
-  ``update`` command is set) and Proxmox host reboots (host prep runs again), each with the input that changed.
+  ``update`` command is set) and Proxmox host reboots (host prep runs again), each with the input that changed. A
+  guest or VM restart point that runs again only for a change whose class does not drain (``plan_classes.py``: a
+  drain setting, a connection) restarts nothing and is left out.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.stacks.plan_classes import ALL, rolled_machines
 from proxmox_gpu_cluster.stacks.plan_diff import Change
 from proxmox_gpu_cluster.stacks.plan_values import is_secret
 
@@ -272,6 +275,8 @@ def _retirement(before: Mapping[str, Any], step: Mapping[str, Any]) -> dict[str,
 
 REBOOT_KIND = {"-host-prep-prep": "host", "-large-bar": "vm", "-mig-restart": "vm", "-bootstrap-driver": "guest"}
 """Reboot point (``plan.REBOOTS``) -> what it restarts: the Proxmox node, the worker's VM, or the guest OS."""
+SLOTTED = ("-bootstrap-driver", "-mig-restart")
+"""The reboot points that restart only inside a rollout slot, for a change that drains."""
 
 
 def machine_effects(
@@ -282,6 +287,9 @@ def machine_effects(
     old = {r["urn"]: r for r in before.get("resources", [])}
     new = {r["urn"]: r for r in after.get("resources", [])}
     retired, replaced, restarts = [], [], []
+    # A guest or VM restart happens inside a rollout slot, for a change whose class drains (core/change_classes.py)
+    # or a change of what the step runs; a step that runs again for a setting or a connection restarts nothing.
+    rolled = rolled_machines(before, after)
     for c in changes:
         if c.name.endswith("-retirement-drain") and c.action in ("remove", "replace") and c.urn in old:
             entry = _retirement(before, old[c.urn])
@@ -296,6 +304,9 @@ def machine_effects(
         for suffix, kind in REBOOT_KIND.items():
             if c.name.endswith(suffix) and c.name.startswith(prefix):
                 machine = c.name.removeprefix(prefix).removesuffix(suffix)
+                slotted = suffix in SLOTTED and c.action == "update" and not c.bundle
+                if slotted and rolled is not None and not rolled & {ALL, machine}:
+                    continue
                 restarts.append({
                     "machine": machine,
                     "kind": kind,

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from proxmox_gpu_cluster.stacks.plan_classes import ALL, class_document, field_changes, rolled_machines
 from proxmox_gpu_cluster.stacks.plan_diff import Change, change_rows
 from proxmox_gpu_cluster.stacks.plan_impact import impact, impact_lines
 
@@ -47,7 +48,8 @@ def summary(
     touched = [c for c in changes if c.action in ("update", "replace")]
     hosts = sorted({o for c in touched if (o := _owner(c, ("-host-prep-prep",), prefix)) is not None})
     vms = sorted(c.name for c in changes if c.type.endswith("vmLegacy:VmLegacy") and c.action in ("replace", "remove"))
-    drained = sorted({o for c in touched if (o := _owner(c, ("-bootstrap-driver", "-mig-begin"), prefix)) is not None})
+    drained = _drained(touched, prefix, before, after)
+    fields = field_changes(before, after) if before is not None and after is not None else []
     return {
         "added": sum(c.action == "add" for c in changes),
         "removed": sum(c.action == "remove" for c in changes),
@@ -62,8 +64,28 @@ def summary(
         ),
         "agentSteps": agent_steps(changes, prefix),
         "willFail": sorted(c.name.removeprefix(prefix) for c in changes if c.fails),
+        "fieldChanges": class_document(fields),
+        "refused": [f.path for f in fields if f.refused],
         "impact": impact(before, after, changes, prefix) if before is not None and after is not None else None,
     }
+
+
+def _drained(touched: Sequence[Change], prefix: str, before: Plan, after: Plan) -> list[str]:
+    """The workers drained through a rollout slot: those whose driver or MIG step runs again, for a changed spec
+    field whose class drains (``core/change_classes.py``: a drain or slot setting, ``sshAgent``, ``authMode`` or
+    ``joinMethod`` changes the step's command or connection, and the step drains nothing for it) or for a change
+    of what the step runs (its agent bundle: the diff cannot tell what the new code decides). Without the specs
+    (an older revision's plan document) every such step counts."""
+    steps = {c.name: o for c in touched if (o := _owner(c, ("-bootstrap-driver", "-mig-begin"), prefix)) is not None}
+    rolled = rolled_machines(before, after) if before is not None and after is not None else None
+    bundles = {c.name for c in touched if c.bundle}
+    return sorted(
+        {
+            owner
+            for name, owner in steps.items()
+            if rolled is None or ALL in rolled or owner in rolled or name in bundles
+        }
+    )
 
 
 def agent_steps(changes: Sequence[Change], prefix: str = "") -> dict[str, list[str]]:
@@ -119,8 +141,17 @@ def render_diff(
         if s["willFail"]
         else []
     )
+    refused = (
+        [
+            f"REFUSED: no supported path for {len(s['refused'])} spec change(s) (pulumi up would fail or leave the "
+            f"cluster broken; see their Spec lines for the procedure): {', '.join(s['refused'])}"
+        ]
+        if s["refused"]
+        else []
+    )
     lines = [
         *failing,
+        *refused,
         f"{s['added']} to add, {s['updated']} to update, {s['replaced']} to replace, {s['removed']} to remove",
         f"Proxmox hosts whose host prep runs again (may reboot, per rebootPolicy): {_names(s['hostPrepRuns'])}",
         f"VMs replaced or destroyed: {_names(s['vmsReplacedOrDestroyed'])}",
@@ -134,6 +165,7 @@ def render_diff(
             or ["Node agent: no step runs again for a change of what it runs"]
         ),
     ]
+    lines += _field_lines(s["fieldChanges"])
     effects = impact_lines(s["impact"]) if s["impact"] is not None else []
     rows = [row for c in changes for row in change_rows(c)]
     if not markdown:
@@ -144,6 +176,22 @@ def render_diff(
     head = ["### Offline plan diff", "", *(f"- {markdown_text(line)}" for line in lines), *what, ""]
     body = ["<details><summary>Resources</summary>", "", code_block(rows, "diff"), "", "</details>"]
     return "\n".join([*head, *body]) + "\n"
+
+
+def _field_lines(fields: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ``fieldChanges`` of a summary as ``class_lines`` prints them."""
+    out = []
+    for f in fields:
+        head = f"Spec {f['path']}: {f['from']} → {f['to']}"
+        if f["refused"]:
+            out.append(f"{head} [refused: no supported path]: {f['refused']}")
+        elif f["class"] == "unclassified":
+            out.append(f"{head} [unclassified]")
+        elif not f["supported"]:
+            out.append(f"{head} [{f['class']}, NOT carried out by pulumi up]: {f['what']}; instead: {f['procedure']}")
+        else:
+            out.append(f"{head} [{f['class']}]: {f['what']}")
+    return out
 
 
 _MARKDOWN = re.compile(r"[\\`*_\[\]<>&|#~]|@(?=\w)")

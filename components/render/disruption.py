@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxmox_gpu_cluster.core.change_classes import rolled_fields
 from proxmox_gpu_cluster.core.guest_spec import bootstrap_spec
 from proxmox_gpu_cluster.core.spec import ClusterSpec, ProxmoxNode
 from proxmox_gpu_cluster.render.host_scripts import kernel_args
@@ -215,8 +216,9 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
     host = host_roll(spec)
     if host is not None:
         lines.append(
-            f"Rolling changes of joined nodes (a new host driver build or branch, kernel arguments, vfio binding, a "
-            "MIG geometry, which also waits for mig-manager's success): "
+            # which fields roll is the one table's answer (core/change_classes.py), the one the diff announces from
+            f"Rolling changes of joined nodes (a change of {', '.join(rolled_fields())}: a new host driver build or "
+            "branch, kernel arguments, vfio binding, a MIG geometry, which also waits for mig-manager's success): "
             f"at most {host['maxUnavailable']} of {len(spec.workers)} node(s) at a time, cluster-wide, so at least "
             f"{host['rounds']} round(s): take a slot, cordon, drain, change, reboot if needed, verify, uncordon, "
             "release; a node that fails stays cordoned and frees its slot; a node that has not joined yet rolls nothing"

@@ -106,6 +106,9 @@ def test_rolling_changes_say_how_many_nodes_at_a_time() -> None:
     }  # fmt: skip
     line = next(x for x in disruption_lines(spec) if x.startswith("Rolling changes"))
     assert "at most 2 of 3 node(s) at a time, cluster-wide, so at least 2 round(s)" in line
+    # the fields that roll are the change-class table's, the same the offline diff announces drains for
+    assert "GpuOperatorSpec.driverVersion" in line and "GpuAssignment.mig" in line
+    assert "DrainSpec.maxUnavailable" not in line and "ProxmoxSpec.sshAgent" not in line
     elsewhere = base_spec()
     elsewhere["kubernetes"]["joinMethod"] = "none"
     assert disruption(load_spec(elsewhere))["rollingChanges"] is None
