@@ -182,6 +182,10 @@ main() {
   local -a missing=() initramfs_files
   local -A content=()
   host_lock host-prep # host_lib.sh
+  # put_file's temporary files a killed run left (a file no later run writes again, such as a reboot record or a
+  # released owner's drop-in, would keep its own forever).
+  sweep_leftovers "$STATE" "${MARKER%/*}" "$CLAIMS" "$ROOT/etc/default" "$ROOT/etc/kernel" "$ROOT/etc/modprobe.d" \
+    "$ROOT/etc/modules-load.d"
   if ((releasing)); then
     # Only the owner's drop-in goes: the host-wide files keep its GPUs until the next host prep of any remaining
     # owner writes them from the union without it. Nothing is unbound and nothing reboots now (its GPUs stay on
