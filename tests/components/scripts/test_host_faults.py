@@ -152,10 +152,7 @@ def test_a_host_prepared_the_old_way_converges_without_a_reboot(tmp_path: Path) 
 
 def zfs_node_with_a_running_vm(root: Path) -> FakeHost:
     host = old_intel(root)
-    host.write("etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
-    host.write("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
-    host.run_quietly("proxmox-boot-tool", "refresh")
-    host.reboot()
+    host.proxmox_boot("uefi")
     host.guests("VM 3101 gpu-a10-a running", "CT 200 dns running")
     return host
 
