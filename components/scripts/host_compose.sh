@@ -244,3 +244,12 @@ grub_configured() {
     echo "${words[*]}"
   )
 }
+
+# with_vfio_modules <file>: the initramfs-tools module list with this project's block (vfio-pci and what it needs)
+# at its end, the node's other lines as they are.
+with_vfio_modules() {
+  local kept
+  kept="$(sed '/^# >>> proxmox-gpu-cluster/,/^# <<< proxmox-gpu-cluster/d' "$1" 2>/dev/null || true)"
+  printf '%s# >>> proxmox-gpu-cluster: vfio-pci in the initramfs (host prep)\nvfio\nvfio_iommu_type1\nvfio_pci\n%s' \
+    "${kept:+$kept$'\n'}" "# <<< proxmox-gpu-cluster"
+}

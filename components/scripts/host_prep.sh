@@ -248,8 +248,12 @@ softdep nvidia pre: vfio-pci
 softdep nvidiafb pre: vfio-pci
 softdep nvidia_drm pre: vfio-pci
 softdep snd_hda_intel pre: vfio-pci"
+  # The same modules packed into the initramfs and loaded there, before udev loads a host GPU driver the initramfs
+  # may hold: /etc/initramfs-tools/modules (initramfs-tools(7); with MODULES=list the only ones packed besides their
+  # dependencies, initramfs.conf(5)). The node's own lines stay; this block is rewritten.
+  content["$ROOT/etc/initramfs-tools/modules"]="$(with_vfio_modules "$ROOT/etc/initramfs-tools/modules")"
   initramfs_files=("$ROOT/etc/modules-load.d/vfio.conf" "$ROOT/etc/modprobe.d/blacklist-gpu-passthrough.conf"
-    "$ROOT/etc/modprobe.d/vfio.conf")
+    "$ROOT/etc/modprobe.d/vfio.conf" "$ROOT/etc/initramfs-tools/modules")
 
   # The pending markers go first, so a run cut off after a file changed redoes the regeneration it needs.
   ! differs "$boot_file" "$boot_content" || mark boot-loader

@@ -32,6 +32,7 @@ def test_first_run_configures_and_schedules_one_reboot(host: FakeHost) -> None:
     assert r.returncode == 0, r.stderr
     assert sorted(line for line in r.stdout.splitlines() if line.startswith("changed: ")) == [
         "changed: /etc/default/grub",
+        "changed: /etc/initramfs-tools/modules",
         "changed: /etc/modprobe.d/vfio.conf",
         "changed: /etc/modules-load.d/vfio.conf",
         f"changed: /{CLAIMS}/{OWNER}.conf",  # its claim, recorded first
