@@ -165,6 +165,20 @@ def test_always_reboots_a_busy_systemd_boot_node(tmp_path: Path) -> None:
     assert report.boots == 3  # the fixture's own boots, then the one reboot
 
 
+def zfs_node_on_legacy_bios(root: Path) -> FakeHost:
+    """ZFS on legacy BIOS: proxmox-boot-tool with GRUB on the ESP, regenerated from /etc/default/grub by refresh."""
+    host = old_intel(root)
+    host.proxmox_boot("bios")
+    return host
+
+
+@pytest.mark.slow
+def test_a_zfs_node_on_legacy_bios_reboots_once_into_the_arguments(tmp_path: Path) -> None:
+    report = harness(tmp_path, zfs_node_on_legacy_bios, [PREP, VERIFY])
+    check(report)
+    assert report.boots == 3  # the fixture's own boots, then the one reboot, in every faulted chain too
+
+
 def prepared_with_a_running_worker(root: Path) -> FakeHost:
     host = old_intel(root)
     assert host.prep(A10).returncode == 0
