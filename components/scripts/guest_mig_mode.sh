@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # MIG mode helpers of the driver and MIG steps (sent after guest_lib.sh). Never run alone.
 #
-# MIG mode is a per-GPU setting that only takes effect at a GPU reset (NVIDIA MIG User Guide, "Deployment
-# Considerations": "Setting MIG mode on the A100/A30 requires a GPU reset"; the mode then persists across reboots).
+# MIG mode is a per-GPU setting that on A100/A30 only takes effect at a GPU reset (NVIDIA MIG User Guide,
+# "Deployment Considerations": "Setting MIG mode on the A100/A30 requires a GPU reset"; the mode then persists
+# across reboots). Hopper is different: see mig_mode_boot.
 # `nvidia-smi -i N -mig 1|0` sets the PENDING mode; the driver tries to reset the GPU at once, which fails while a
 # client holds it and, in a passthrough VM, often cannot happen at all: NVML then reports mig.mode.pending !=
 # mig.mode.current ("Warning: MIG mode is in pending enable state ... Reboot the system or try nvidia-smi
@@ -90,7 +91,61 @@ mig_mode_apply() {
       echo "changed: GPU $index MIG mode $want"
     fi
   done
+  mig_mode_boot
   mig_mode_report
+}
+
+# Hopper and later GPUs (H100, H200) apply a MIG mode change at once, without a GPU reset, and lose it at every
+# reboot, driver reload or VM restart (NVIDIA MIG User Guide, "Enable MIG Mode" and "GPU Reset on Hopper+"): such a
+# worker would come back advertising whole GPUs. With the host driver (nvidia-smi on the guest) a boot unit sets the
+# wanted modes again before containerd and kubelet start, so the device plugin and mig-manager find them; where the
+# mode persists (A100, A30) it finds them set and changes nothing. With the GPU Operator's driver container no
+# nvidia-smi runs before the container does: there mig-manager, which runs its reconfigure for the node's label at
+# every start (NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go: the informer's AddFunc; pkg/mig/reconfigure
+# reconfigure.go Run: assert, else apply --mode-only, which Hopper applies at once, then the geometry), restores the
+# mode and the geometry after each boot.
+MIG_BOOT_UNIT="/etc/systemd/system/proxmox-gpu-cluster-mig-mode.service"
+MIG_BOOT_SCRIPT="/usr/local/sbin/proxmox-gpu-cluster-mig-mode"
+
+# mig_mode_boot: the boot unit and its script for the wanted modes (host driver only), enabled; changes nothing when
+# they are in place.
+mig_mode_boot() {
+  local script unit out rc=0
+  command -v nvidia-smi >/dev/null || return 0
+  script="$(
+    cat <<'SCRIPT'
+#!/bin/sh
+# Written by proxmox-gpu-cluster (guest_mig_mode.sh): the wanted MIG mode of each GPU, set at every boot where the
+# GPU does not run it (Hopper loses it at every boot).
+set -eu
+state=$(nvidia-smi --query-gpu=index,mig.mode.current,mig.mode.pending --format=csv,noheader)
+for pair in @MODES@; do
+  i=${pair%=*} v=${pair#*=} want=Disabled
+  [ "$v" = 0 ] || want=Enabled
+  current=$(printf '%s\n' "$state" | awk -F', ' -v i="$i" '$1 == i { print $2 }')
+  [ "$current" = "$want" ] || nvidia-smi -i "$i" -mig "$v"
+done
+SCRIPT
+  )"
+  script="${script/@MODES@/${MIG_MODES[*]}}"
+  unit="[Unit]
+Description=proxmox-gpu-cluster: the GPUs' MIG mode (lost at every boot on Hopper)
+After=systemd-modules-load.service nvidia-persistenced.service
+Before=containerd.service kubelet.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=$MIG_BOOT_SCRIPT
+
+[Install]
+WantedBy=multi-user.target"
+  put "$MIG_BOOT_SCRIPT" "$script" 0755
+  put "$MIG_BOOT_UNIT" "$unit"
+  systemctl is-enabled --quiet proxmox-gpu-cluster-mig-mode 2>/dev/null && return 0
+  out="$(systemctl enable proxmox-gpu-cluster-mig-mode 2>&1)" || rc=$?
+  ((rc == 0)) || fail_output "$out" "systemctl enable proxmox-gpu-cluster-mig-mode" "the MIG mode boot unit enabled" "$rc"
+  echo "changed: proxmox-gpu-cluster-mig-mode.service enabled"
 }
 
 # mig_mode_report: one line per GPU and the mig-restart line (changes nothing).

@@ -158,3 +158,98 @@ has_args() {
   done
   ((${#missing[@]} == 0))
 }
+
+# The boot configuration: which file holds the kernel command line (boot_loader: grub, /etc/default/grub; systemd-boot,
+# /etc/kernel/cmdline) and whether proxmox-boot-tool regenerates the boot from it (esp_sync=1) or update-grub does.
+#
+# proxmox-boot-tool (proxmox-kernel-helper) keeps the kernels of a ZFS or BTRFS root on the ESPs listed in
+# /etc/kernel/proxmox-boot-uuids. The installer sets it up on every such root, with GRUB on legacy BIOS and with
+# Secure Boot and systemd-boot on UEFI without it (pve-installer Proxmox/Install.pm; pve-docs system-booting.adoc,
+# "Host Bootloader"). Its refresh decides per ESP by what `init` put there (zz-proxmox-boot, update_esp_func): GRUB
+# when the ESP holds EFI/proxmox/grubx64.efi (`init <partition> grub`) or the node booted without UEFI (no
+# /sys/firmware/efi); it then runs update-grub with the ESP as /boot, so the arguments come from /etc/default/grub
+# and /etc/kernel/cmdline is ignored. Otherwise systemd-boot, whose loader entries take /etc/kernel/cmdline. So the
+# ESP list alone says nothing about the boot loader; `proxmox-boot-tool status` does (pve-docs system-booting.adoc,
+# "Determine which Bootloader is Used"; bin/proxmox-boot-tool status, _status_detail): "System currently booted with
+# uefi" or "... legacy bios" (/sys/firmware/efi), then per ESP "<uuid> is configured with: uefi (versions: ...)"
+# (loader/loader.conf) and/or "grub (versions: ...)" (a grub directory).
+# secure_boot: whether the firmware runs with Secure Boot on: the SecureBoot EFI variable (efivarfs: four bytes of
+# attributes, then the value; Documentation/filesystems/efivarfs.rst), 1 when on.
+secure_boot() {
+  local var="$ROOT/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+  [[ -r "$var" && "$(od -An -tu1 -j4 -N1 "$var" | tr -d ' ')" == 1 ]]
+}
+
+# detect_boot_loader: sets esp_sync from the ESP list, and boot_loader when it is "auto" (an explicit one is the
+# operator's word): GRUB without proxmox-boot-tool, else what `proxmox-boot-tool status` says every ESP uses. An ESP
+# with both a loader.conf and a grub directory boots GRUB only if it holds grubx64.efi, which status does not show:
+# with Secure Boot on it must (systemd-boot does not start: pve-docs, "Secure Boot"), otherwise it is ambiguous.
+detect_boot_loader() {
+  local status line uefi="" config mode="" found=() modes=" " rc=0
+  [[ -e "$ROOT/etc/kernel/proxmox-boot-uuids" ]] || { [[ "$boot_loader" != auto ]] || boot_loader=grub; return 0; }
+  # shellcheck disable=SC2034 # read by host_prep.sh
+  esp_sync=1
+  [[ "$boot_loader" == auto ]] || return 0
+  status="$(proxmox-boot-tool status 2>&1)" || rc=$?
+  ((!rc)) || fail boot-loader "'proxmox-boot-tool status' to exit 0 (/etc/kernel/proxmox-boot-uuids exists)" \
+    "exit $rc: $(tail -n 1 <<<"$status")"
+  while IFS= read -r line; do
+    case "$line" in
+    "System currently booted with uefi") uefi=1 ;;
+    "System currently booted with legacy bios") uefi=0 ;;
+    *" is configured with: "*)
+      config="${line#* is configured with: }" mode=none
+      if [[ "$config" =~ (^|, )grub\ \( && ( "$uefi" == 0 || ! "$config" =~ ^uefi\ \( ) ]]; then
+        mode=grub
+      elif [[ "$uefi" == 1 && "$config" =~ ^uefi\ \( ]]; then
+        mode=systemd-boot
+        [[ ! "$config" =~ (^|, )grub\ \( ]] || if secure_boot; then mode=grub; else mode=ambiguous; fi
+      fi
+      found+=("${line%% is configured with: *}: $mode") modes+="$mode "
+      ;;
+    esac
+  done <<<"$status"
+  mode="${found[0]:-}" && mode="${mode#*: }"
+  [[ -n "$uefi" && ("$mode" == grub || "$mode" == systemd-boot) && "${modes// $mode/}" == " " ]] ||
+    fail boot-loader "every ESP in 'proxmox-boot-tool status' set up for one boot loader (or bootLoader set)" \
+      "firmware ${uefi:-unknown} (1: uefi, 0: bios), ESPs '${found[*]:-none}'"
+  boot_loader="$mode"
+}
+
+# grub_generated: the default entry's kernel line in the generated /boot/grub/grub.cfg (its first "linux" line),
+# normalised.
+grub_generated() {
+  local line words
+  line="$(sed -n 's/^[[:space:]]*linux[[:space:]]\+//p' "$ROOT/boot/grub/grub.cfg" 2>/dev/null | head -n 1 || true)"
+  read -r -a words <<<"$line" || true # normalises the spaces grub-mkconfig leaves
+  echo "${words[*]}"
+}
+
+# grub_configured: the arguments GRUB's configuration gives the default entry, read as grub-mkconfig reads it
+# (grub2-common 2.06 /usr/sbin/grub-mkconfig sources /etc/default/grub, then every /etc/default/grub.d/*.cfg, so a
+# later file wins; /etc/grub.d/10_linux puts GRUB_CMDLINE_LINUX then GRUB_CMDLINE_LINUX_DEFAULT on it). For
+# proxmox-boot-tool's GRUB, whose grub.cfg is on the ESPs (not mounted): what their refresh generates from.
+grub_configured() {
+  (
+    trap - ERR
+    set +eu
+    GRUB_CMDLINE_LINUX="" GRUB_CMDLINE_LINUX_DEFAULT=""
+    # shellcheck disable=SC1091 # the node's own configuration
+    . "$ROOT/etc/default/grub" >/dev/null 2>&1
+    for cfg in "$ROOT"/etc/default/grub.d/*.cfg; do
+      # shellcheck disable=SC1090
+      [[ ! -e "$cfg" ]] || . "$cfg" >/dev/null 2>&1
+    done
+    read -r -a words <<<"$GRUB_CMDLINE_LINUX $GRUB_CMDLINE_LINUX_DEFAULT" || true
+    echo "${words[*]}"
+  )
+}
+
+# with_vfio_modules <file>: the initramfs-tools module list with this project's block (vfio-pci and what it needs)
+# at its end, the node's other lines as they are.
+with_vfio_modules() {
+  local kept
+  kept="$(sed '/^# >>> proxmox-gpu-cluster/,/^# <<< proxmox-gpu-cluster/d' "$1" 2>/dev/null || true)"
+  printf '%s# >>> proxmox-gpu-cluster: vfio-pci in the initramfs (host prep)\nvfio\nvfio_iommu_type1\nvfio_pci\n%s' \
+    "${kept:+$kept$'\n'}" "# <<< proxmox-gpu-cluster"
+}

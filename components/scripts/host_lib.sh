@@ -47,6 +47,7 @@ changed=()
 put_file() {
   local file="$1" content="$2" dir="${1%/*}" tmp err
   [[ -d "$dir" ]] || err="$(mkdir -p "$dir" 2>&1)" || fail write "directory ${dir#"$ROOT"}" "${err:-mkdir failing}"
+  rm -f "$file".pgc-?????? # a killed run's leftover (between mktemp and mv) of this very file
   tmp="$(mktemp "$file.pgc-XXXXXX" 2>&1)" || fail write "a temporary file next to ${file#"$ROOT"}" "$tmp"
   if ! err="$({
     printf '%s\n' "$content" >"$tmp" && chmod 0644 "$tmp" && sync "$tmp" && mv -f "$tmp" "$file" && sync "$dir"
@@ -54,6 +55,18 @@ put_file() {
     rm -f "$tmp"
     fail write "${file#"$ROOT"} written" "${err:-an error}"
   fi
+}
+
+# sweep_leftovers <dir...>: remove the temporary files (put_file's <file>.pgc-XXXXXX) a run killed between mktemp and
+# mv left in these directories. Called with the host lock held, so no other run is writing one of them: every such
+# file is a leftover, also one of a file no later run writes again (a released owner's drop-in, a reboot record).
+sweep_leftovers() {
+  local dir err
+  for dir in "$@"; do
+    [[ -d "$dir" ]] || continue
+    err="$(find "$dir" -maxdepth 1 -type f -name '*.pgc-??????' -delete 2>&1)" ||
+      fail write "the temporary files a killed run left in ${dir#"$ROOT"} removed" "${err:-an error}"
+  done
 }
 
 # mark <name>: the pending marker of a regeneration (empty, so creating it is atomic), made durable at once.
@@ -72,7 +85,7 @@ differs() {
 # put <file> <content>: write it when it differs (leftover temporary files of a killed run go first); remember it.
 put() {
   local file="$1" content="$2"
-  rm -f "$file".pgc-*
+  rm -f "$file".pgc-??????
   differs "$file" "$content" || return 0
   put_file "$file" "$content"
   changed+=("${file#"$ROOT"}")
@@ -97,7 +110,7 @@ regenerate() {
 # drop <file>: remove it when present (leftover temporary files of a killed run too); remember it.
 drop() {
   local err
-  rm -f "$1".pgc-*
+  rm -f "$1".pgc-??????
   [[ -e "$1" ]] || return 0
   err="$({ rm -f "$1" && sync "${1%/*}"; } 2>&1)" || fail write "${1#"$ROOT"} removed" "${err:-an error}"
   changed+=("${1#"$ROOT"} (removed)")

@@ -37,9 +37,10 @@
 # (Documentation/ABI/testing/sysfs-bus-pci, driver_override; drivers/pci/pci-driver.c pci_match_device).
 #
 # Converges from any state: it compares what is wanted with what it observes, never with what this run changed:
-# the files (rewritten atomically when they differ); the boot configuration GENERATED from them (GRUB: the default
-# entry of /boot/grub/grub.cfg; systemd-boot: the /etc/kernel/cmdline the last successful proxmox-boot-tool refresh
-# copied to the ESPs, recorded here as the ESPs are not mounted); the initramfs (a fingerprint of the module files
+# the files (rewritten atomically when they differ); the boot configuration GENERATED from them (plain GRUB: the
+# default entry of /boot/grub/grub.cfg; on proxmox-boot-tool's ESPs, which are not mounted, what its last successful
+# refresh generated from, recorded here: /etc/kernel/cmdline for systemd-boot, GRUB's configured line for GRUB; the
+# boot loader as proxmox-boot-tool status reports it, host_compose.sh detect_boot_loader); the initramfs (a fingerprint of the module files
 # the last successful update-initramfs packed, a "pending" marker written before each regeneration); the running
 # /proc/cmdline and IOMMU; the live vfio-pci bindings. Only a wanted kernel argument the running kernel lacks (or a
 # GPU that will not unbind) needs a reboot; with the IOMMU active, declared GPUs are bound at runtime, and other
@@ -58,7 +59,7 @@ SCHEDULED="$STATE/reboot-scheduled"
 # shellcheck disable=SC2034 # read by host_lib.sh (failure lines, the ERR trap)
 STEP="host-prep"
 cpu_vendor="" boot_loader="auto" acs_override=0 reboot_policy="when-idle" iommu_pt=0 gpus=() changed=()
-owner="" releasing=0
+owner="" releasing=0 esp_sync=0 # esp_sync: see host_compose.sh
 
 while (($#)); do
   case "$1" in
@@ -92,25 +93,6 @@ if ((!releasing)); then
     [[ "$gpu" =~ $GPU_RE ]] || fail arguments "--gpu <domain:bus:device>=<vendor:device> (lower-case hex)" "'$gpu'"
   done
 fi
-
-detect_boot_loader() {
-  # proxmox-boot-tool keeps the ESP list in /etc/kernel/proxmox-boot-uuids; with /etc/kernel/cmdline present
-  # the node boots with systemd-boot (ZFS root on UEFI), otherwise with GRUB (Proxmox VE admin guide, "Host
-  # Bootloader").
-  if [[ -f "$ROOT/etc/kernel/proxmox-boot-uuids" && -f "$ROOT/etc/kernel/cmdline" ]]; then
-    echo systemd-boot
-  else
-    echo grub
-  fi
-}
-
-# grub_generated: the default entry's kernel line in the generated grub.cfg (its first "linux" line), normalised.
-grub_generated() {
-  local line words
-  line="$(sed -n 's/^[[:space:]]*linux[[:space:]]\+//p' "$ROOT/boot/grub/grub.cfg" 2>/dev/null | head -n 1 || true)"
-  read -r -a words <<<"$line" || true # normalises the spaces grub-mkconfig leaves
-  echo "${words[*]}"
-}
 
 # initramfs_fingerprint: of the module files this step manages (which exist, and what they hold), as the initramfs
 # should pack them.
@@ -182,6 +164,10 @@ main() {
   local -a missing=() initramfs_files
   local -A content=()
   host_lock host-prep # host_lib.sh
+  # put_file's temporary files a killed run left (a file no later run writes again, such as a reboot record or a
+  # released owner's drop-in, would keep its own forever).
+  sweep_leftovers "$STATE" "${MARKER%/*}" "$CLAIMS" "$ROOT/etc/default" "$ROOT/etc/kernel" "$ROOT/etc/modprobe.d" \
+    "$ROOT/etc/modules-load.d"
   if ((releasing)); then
     # Only the owner's drop-in goes: the host-wide files keep its GPUs until the next host prep of any remaining
     # owner writes them from the union without it. Nothing is unbound and nothing reboots now (its GPUs stay on
@@ -196,7 +182,7 @@ main() {
   # The union of every owner's claims with this run's own as it is about to be recorded; the kernel arguments any
   # owner wants (host_compose.sh).
   compose_claims "$owner" "$(declaration "$owner" "$iommu_pt" "$acs_override" "${gpus[@]}")"
-  [[ "$boot_loader" != auto ]] || boot_loader="$(detect_boot_loader)"
+  detect_boot_loader # host_compose.sh: boot_loader, esp_sync
 
   # intel_iommu=on only where the running kernel needs it: its IOMMU is off (before 6.8, intel_iommu=off, a kernel
   # without CONFIG_INTEL_IOMMU_DEFAULT_ON), or it is on thanks to the argument on a kernel before 6.8 (kept in the
@@ -221,6 +207,7 @@ main() {
       boot_content="$(cat "$boot_file")"$'\n'"GRUB_CMDLINE_LINUX_DEFAULT=\"$merged\""
     fi
     refresh_boot=(update-grub)
+    ((!esp_sync)) || refresh_boot=(proxmox-boot-tool refresh)
     ;;
   systemd-boot)
     boot_file="$ROOT/etc/kernel/cmdline"
@@ -261,8 +248,12 @@ softdep nvidia pre: vfio-pci
 softdep nvidiafb pre: vfio-pci
 softdep nvidia_drm pre: vfio-pci
 softdep snd_hda_intel pre: vfio-pci"
+  # The same modules packed into the initramfs and loaded there, before udev loads a host GPU driver the initramfs
+  # may hold: /etc/initramfs-tools/modules (initramfs-tools(7); with MODULES=list the only ones packed besides their
+  # dependencies, initramfs.conf(5)). The node's own lines stay; this block is rewritten.
+  content["$ROOT/etc/initramfs-tools/modules"]="$(with_vfio_modules "$ROOT/etc/initramfs-tools/modules")"
   initramfs_files=("$ROOT/etc/modules-load.d/vfio.conf" "$ROOT/etc/modprobe.d/blacklist-gpu-passthrough.conf"
-    "$ROOT/etc/modprobe.d/vfio.conf")
+    "$ROOT/etc/modprobe.d/vfio.conf" "$ROOT/etc/initramfs-tools/modules")
 
   # The pending markers go first, so a run cut off after a file changed redoes the regeneration it needs.
   ! differs "$boot_file" "$boot_content" || mark boot-loader
@@ -291,7 +282,19 @@ softdep snd_hda_intel pre: vfio-pci"
   fi
 
   # Kernel arguments take effect through the boot loader's generated configuration.
-  if [[ "$boot_loader" == grub ]]; then
+  if [[ "$boot_loader" == grub ]] && ((esp_sync)); then
+    # GRUB on the ESPs (proxmox-boot-tool): its grub.cfg is there, not mounted; what the last successful refresh
+    # generated from is recorded. A drop-in that overrides the arguments fails before anything reboots.
+    generated="$(grub_configured)"
+    has_args "$generated" || fail boot-config "${missing[*]} in the kernel command line /etc/default/grub and \
+/etc/default/grub.d/*.cfg give GRUB" "'$generated' (does a file in /etc/default/grub.d set GRUB_CMDLINE_LINUX_DEFAULT?)"
+    if [[ -e "$STATE/boot-loader-pending" ]] ||
+      [[ "$(cat "$STATE/grub-cmdline-refreshed" 2>/dev/null || true)" != "$generated" ]]; then
+      regenerate boot-loader proxmox-boot-tool refresh
+      put_file "$STATE/grub-cmdline-refreshed" "$generated"
+      rm -f "$STATE/boot-loader-pending"
+    fi
+  elif [[ "$boot_loader" == grub ]]; then
     if [[ -e "$STATE/boot-loader-pending" ]] || ! has_args "$(grub_generated)"; then
       regenerate boot-loader update-grub
       generated="$(grub_generated)"
@@ -336,6 +339,7 @@ intel_iommu=off, amd_iommu=off or iommu=off from the kernel command line"
   # generated boot configuration, another would bring the same (a different one, say the cause was fixed, may).
   generated="$boot_loader: $(grub_generated)"
   [[ "$boot_loader" == grub ]] || generated="$boot_loader: $(cat "$STATE/kernel-cmdline-refreshed")"
+  [[ "$boot_loader" != grub ]] || ((!esp_sync)) || generated="grub on the ESPs: $(cat "$STATE/grub-cmdline-refreshed")"
   if [[ -f "$SCHEDULED" ]]; then
     { read -r scheduled_boot scheduled_reason && read -r scheduled_config; } <"$SCHEDULED" || true
   fi

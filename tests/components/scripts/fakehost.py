@@ -5,12 +5,17 @@ Proxmox the steps touch, with a boot model in which a reboot boots what was last
   overrides a variable) and writes /boot/grub/grub.cfg (as grub.cfg.new, renamed when complete): the default
   entry's ``linux`` line carries GRUB_CMDLINE_LINUX and GRUB_CMDLINE_LINUX_DEFAULT, the recovery entry
   GRUB_CMDLINE_LINUX and ``single``.
-- ``proxmox-boot-tool refresh`` copies the first line of /etc/kernel/cmdline into the ``options`` of the loader
-  entry on every ESP listed in /etc/kernel/proxmox-boot-uuids (ESPs are not mounted normally: here they are
-  fake-esp/<uuid>/); without that list it only says "No /etc/kernel/proxmox-boot-uuids found, skipping ESP sync.".
+- ``proxmox-boot-tool`` (proxmox-kernel-helper; ``proxmox_boot()`` sets a node up as the installer does on a ZFS
+  root): ``status`` prints the firmware (/sys/firmware/efi) and what each ESP listed in
+  /etc/kernel/proxmox-boot-uuids was initialised for; ``refresh`` updates each ESP for the boot loader ``init`` put
+  there: GRUB (the ESP holds EFI/proxmox/grubx64.efi, or the firmware is legacy BIOS) by running update-grub with
+  the ESP as /boot, so from /etc/default/grub; systemd-boot by writing a loader entry whose ``options`` are the first
+  line of /etc/kernel/cmdline. ESPs are not mounted normally: here they are fake-esp/<uuid>/. update-grub on such a
+  node runs refresh first (proxmox-kernel-helper's /etc/grub.d/000_proxmox_boot_header). test_proxmox_boot_model.py
+  is its contract.
 - ``update-initramfs -u -k all`` packs /etc/modprobe.d/*.conf into /boot/initrd.img-<version> (.new, renamed).
-- ``reboot()``: /proc/cmdline is the default GRUB entry's line, or the ESP entry's options when the node boots
-  with systemd-boot (/etc/kernel/proxmox-boot-uuids exists); a new boot id (/proc/sys/kernel/random/boot_id);
+- ``reboot()``: /proc/cmdline is what the firmware boots (``generated_cmdline``): on a proxmox-boot-tool node the
+  first ESP's GRUB (UEFI with grubx64.efi, or BIOS) or systemd-boot entry, else /boot/grub/grub.cfg's default entry; a new boot id (/proc/sys/kernel/random/boot_id);
   /run emptied (a tmpfs); every VM stopped; the kernel ``self.kernel`` (/proc/sys/kernel/osrelease) with the IOMMU
   on or off as the real one decides (``iommu_on``: AMD on by default, ``amd_iommu=off`` or ``iommu=off`` turn it
   off, ``amd_iommu=on`` is no value and changes nothing; Intel ``intel_iommu=on``/``off``, else on from kernel 6.8,
@@ -63,7 +68,7 @@ OWNER = "dev-1a2b3c4d"
 CLAIMS = "etc/proxmox-gpu-cluster/host-prep.d"
 """Host prep's drop-ins, one per owner."""
 WINDOW = "-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=65536"
-MUTATING = ("update-grub", "proxmox-boot-tool", "update-initramfs", "systemd-run", "modprobe", "tee", "qm set",
+MUTATING = ("update-grub", "proxmox-boot-tool refresh", "update-initramfs", "systemd-run", "modprobe", "tee", "qm set",
             "qm start", "qm stop", "qm shutdown")  # fmt: skip
 """Calls that change the host; a run on a prepared node with nothing new makes none."""
 __all__ = ["INITRD", "KERNEL"]
@@ -78,6 +83,8 @@ class FakeHost(FakeRoot):
     def __init__(self, root: Path, cpu: str = "amd", kernel: str = "6.8.12-4-pve", firmware_iommu: bool = True) -> None:
         super().__init__(root)
         self.cpu, self.kernel, self.firmware_iommu = cpu, kernel, firmware_iommu
+        self.firmware = "bios"
+        """"bios", "uefi" or "secureboot" (UEFI with Secure Boot on): set by ``proxmox_boot``."""
         self.intel_default_on: bool | None = None
         """CONFIG_INTEL_IOMMU_DEFAULT_ON of the kernel, when not Proxmox's (set from 6.8); None: Proxmox's."""
         install_kmod(self.bin)
@@ -203,13 +210,50 @@ class FakeHost(FakeRoot):
             args += ["--gpu", slot]
         return self.run("host_verify.sh", *args, *(["--nested", "1"] if nested else []))
 
+    def proxmox_boot(self, firmware: str, uuid: str = "1234-ABCD") -> None:
+        """Make this a ZFS-root node as the Proxmox VE installer sets it up (pve-installer Proxmox/Install.pm;
+        pve-docs system-booting.adoc, "Host Bootloader"): /etc/kernel/cmdline, the ESP listed in
+        /etc/kernel/proxmox-boot-uuids, initialised as ``proxmox-boot-tool init`` does for the ``firmware``:
+        "bios" (GRUB i386-pc with its files on the ESP: a grub directory), "secureboot" (UEFI, Secure Boot on:
+        ``init <partition> grub``, GRUB's EFI binary in EFI/proxmox and a grub directory) or "uefi" (systemd-boot:
+        loader/loader.conf and EFI/proxmox). Then refreshed and booted."""
+        self.firmware = firmware
+        shutil.rmtree(self.root / "sys/firmware", ignore_errors=True)
+        if firmware != "bios":
+            var = self.root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+            var.parent.mkdir(parents=True)
+            var.write_bytes(b"\x06\x00\x00\x00" + (b"\x01" if firmware == "secureboot" else b"\x00"))
+        self.write("etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
+        self.write("etc/kernel/proxmox-boot-uuids", f"{uuid}\n")
+        esp = f"fake-esp/{uuid}"
+        if firmware == "uefi":
+            self.write(f"{esp}/loader/loader.conf", "timeout 3\ndefault proxmox-*\n")
+            (self.root / esp / "EFI/proxmox").mkdir(parents=True, exist_ok=True)
+        else:
+            (self.root / esp / "grub").mkdir(parents=True, exist_ok=True)
+            if firmware == "secureboot":
+                self.write(f"{esp}/EFI/proxmox/grubx64.efi", "")
+                self.write(f"{esp}/EFI/proxmox/shimx64.efi", "")
+        self.run_quietly("proxmox-boot-tool", "refresh")
+        self.reboot()
+
     def generated_cmdline(self) -> str:
-        """The command line the next boot gets: the ESP entry on a systemd-boot node, else GRUB's default entry."""
-        if (self.root / "etc/kernel/proxmox-boot-uuids").exists():
-            entries = sorted((self.root / "fake-esp").glob("*/loader/entries/*.conf"))
-            options = re.search(r"^options (.*)$", entries[0].read_text(), re.M) if entries else None
+        """The command line the next boot gets. On a proxmox-boot-tool node the firmware starts the first listed ESP
+        that exists: GRUB with its grub.cfg there (UEFI with EFI/proxmox/grubx64.efi, or legacy BIOS), else
+        systemd-boot's newest proxmox-* entry; otherwise GRUB from /boot/grub/grub.cfg."""
+        uuids = self.root / "etc/kernel/proxmox-boot-uuids"
+        listed = uuids.read_text().split() if uuids.exists() else []
+        esp = next((self.root / "fake-esp" / u for u in listed if (self.root / "fake-esp" / u).is_dir()), None)
+        cfg = self.root / "boot/grub/grub.cfg"
+        if esp is not None and (self.firmware == "bios" or (esp / "EFI/proxmox/grubx64.efi").exists()):
+            cfg = esp / "grub/grub.cfg"
+        elif esp is not None:
+            entries = sorted((esp / "loader/entries").glob("proxmox-*.conf"))
+            assert entries, f"systemd-boot finds no entry on {esp.name}"
+            options = re.search(r"^options\s+(.*)$", entries[-1].read_text(), re.M)
             return "initrd=\\EFI\\proxmox\\6.8.12-4-pve\\initrd.img-6.8.12-4-pve " + (options[1] if options else "")
-        line = re.search(r"^\s*linux\s+(\S+)\s+(.*)$", self.read("boot/grub/grub.cfg"), re.M)
+        assert cfg.exists(), f"GRUB finds no {cfg.relative_to(self.root)}"
+        line = re.search(r"^\s*linux\s+(\S+)\s+(.*)$", cfg.read_text(), re.M)
         assert line is not None, "grub.cfg has no linux line"
         return " ".join([f"BOOT_IMAGE={line[1]}", *line[2].split()])
 

@@ -11,27 +11,88 @@ from pathlib import Path
 KERNEL = "/boot/vmlinuz-6.8.12-4-pve"
 INITRD = "boot/initrd.img-6.8.12-4-pve"
 
-_UPDATE_GRUB = f"""cfg="$PGC_ROOT/boot/grub/grub.cfg"
+# update-grub (grub-mkconfig -o /boot/grub/grub.cfg): /etc/default/grub, then /etc/default/grub.d/*.cfg (grub2-common
+# 2.06 grub-mkconfig). On a node whose ESPs proxmox-boot-tool manages, proxmox-kernel-helper's
+# /etc/grub.d/000_proxmox_boot_header runs `proxmox-boot-tool refresh` first (unless refresh itself called it:
+# PVE_EFIBOOT_UNSHARED), as /boot/grub/grub.cfg is not what those ESPs boot. Refresh runs it with the ESP bind-mounted
+# on /boot: here FAKE_BOOT names the ESP's directory, where the kernel is /vmlinuz-<version>.
+_UPDATE_GRUB = f"""boot="$PGC_ROOT${{FAKE_BOOT:-/boot}}" kernel={KERNEL}; [ -z "${{FAKE_BOOT:-}}" ] || kernel=/${{kernel##*/}}
+if [ -e "$PGC_ROOT/etc/kernel/proxmox-boot-uuids" ] && [ -z "${{PVE_EFIBOOT_UNSHARED:-}}" ]; then
+  echo "W: This system is booted via proxmox-boot-tool:" >&2
+  echo "W: Running update-grub does not update the correct config!" >&2
+  echo "W: Running: 'proxmox-boot-tool refresh'." >&2
+  proxmox-boot-tool refresh || exit 1
+fi
+cfg="$boot/grub/grub.cfg"
 echo "Generating grub configuration file ..." >&2
 line=$(. "$PGC_ROOT/etc/default/grub" && for f in "$PGC_ROOT"/etc/default/grub.d/*.cfg; do
   if [ -e "$f" ]; then . "$f"; fi; done; printf '%s|%s' "${{GRUB_CMDLINE_LINUX:-}}" "${{GRUB_CMDLINE_LINUX_DEFAULT:-}}") \\
   || {{ echo "/usr/sbin/grub-mkconfig: /etc/default/grub: syntax error" >&2; exit 1; }}
 mkdir -p "${{cfg%/*}}"
-printf 'menuentry "Proxmox VE GNU/Linux" {{\\n\\tlinux\\t{KERNEL} root=/dev/mapper/pve-root ro %s %s\\n}}\\n' \\
-  "${{line%%|*}}" "${{line#*|}}" > "$cfg.new"
-printf 'menuentry "Proxmox VE GNU/Linux (recovery mode)" {{\\n\\tlinux\\t{KERNEL} root=/dev/mapper/pve-root ro single %s\\n}}\\n' \\
-  "${{line%%|*}}" >> "$cfg.new"
+printf 'menuentry "Proxmox VE GNU/Linux" {{\\n\\tlinux\\t%s root=/dev/mapper/pve-root ro %s %s\\n}}\\n' \\
+  "$kernel" "${{line%%|*}}" "${{line#*|}}" > "$cfg.new"
+printf 'menuentry "Proxmox VE GNU/Linux (recovery mode)" {{\\n\\tlinux\\t%s root=/dev/mapper/pve-root ro single %s\\n}}\\n' \\
+  "$kernel" "${{line%%|*}}" >> "$cfg.new"
 mv "$cfg.new" "$cfg"
 echo done >&2"""
-_BOOT_TOOL = """[ "$1" = refresh ] || { echo "unknown command '$1'" >&2; exit 1; }
-uuids="$PGC_ROOT/etc/kernel/proxmox-boot-uuids"
-[ -f "$uuids" ] || { echo "No /etc/kernel/proxmox-boot-uuids found, skipping ESP sync."; exit 0; }
-options=$(head -n 1 "$PGC_ROOT/etc/kernel/cmdline") || exit 1
-for id in $(cat "$uuids"); do
-  echo "Copying and configuring kernels on /dev/disk/by-uuid/$id"
-  entry="$PGC_ROOT/fake-esp/$id/loader/entries/proxmox-6.8.12-4-pve.conf"; mkdir -p "${entry%/*}"
-  printf 'title Proxmox Virtual Environment\\noptions %s\\n' "$options" > "$entry.new" && mv "$entry.new" "$entry"
-done"""
+# proxmox-boot-tool as proxmox-kernel-helper's bin/proxmox-boot-tool and proxmox-boot/zz-proxmox-boot do it (see
+# fakehost.py and test_proxmox_boot_model.py). ESP <uuid> is fake-esp/<uuid>/ (it exists: /dev/disk/by-uuid/<uuid>).
+_BOOT_TOOL = f"""uuids="$PGC_ROOT/etc/kernel/proxmox-boot-uuids" efi="$PGC_ROOT/sys/firmware/efi" kver={KERNEL.split("vmlinuz-")[1]}
+esps() {{ while IFS= read -r id; do
+  [ -n "$id" ] || continue
+  [ -d "$PGC_ROOT/fake-esp/$id" ] && echo "$id" \\
+    || echo "WARN: /dev/disk/by-uuid/$id does not exist - clean '/etc/kernel/proxmox-boot-uuids'! - skipping" >&2
+done < "$uuids"; }}
+case "$1" in
+status)
+  [ -e "$uuids" ] || {{ [ "${{2:-}}" = --quiet ] || echo "E: /etc/kernel/proxmox-boot-uuids does not exist." >&2; exit 2; }}
+  [ "${{2:-}}" = --quiet ] && exit 0
+  echo "Re-executing '/usr/sbin/proxmox-boot-tool' in new private mount namespace.."
+  if [ -d "$efi" ]; then echo "System currently booted with uefi"; else echo "System currently booted with legacy bios"; fi
+  for id in $(esps); do
+    esp="$PGC_ROOT/fake-esp/$id" result=""
+    [ -f "$esp/loader/loader.conf" ] && result="uefi (versions: $(ls -1 "$esp/EFI/proxmox" | grep -v '\\.efi$' | paste -sd, - | sed 's/,/, /g'))"
+    if [ -d "$esp/grub" ]; then
+      grub="grub (versions: $(cd "$esp" && ls -1 vmlinuz-* 2>/dev/null | sed 's/^vmlinuz-//' | paste -sd, - | sed 's/,/, /g'))"
+      result="${{result:+$result, }}$grub"
+    fi
+    echo "$id is configured with: $result"
+  done ;;
+refresh)
+  echo "Running hook script 'proxmox-auto-removal'.."
+  echo "Running hook script 'zz-proxmox-boot'.."
+  echo "Re-executing '/etc/kernel/postinst.d/zz-proxmox-boot' in new private mount namespace.."
+  [ -f "$uuids" ] || {{ echo "No /etc/kernel/proxmox-boot-uuids found, skipping ESP sync." >&2; exit 0; }}
+  if [ -f "$PGC_ROOT/etc/kernel/cmdline" ]; then
+    cmdline=$(head -n 1 "$PGC_ROOT/etc/kernel/cmdline")
+    case " $cmdline " in *" root="*) ;; *) echo "No root= parameter in /etc/kernel/cmdline found!" >&2; exit 1 ;; esac
+  else
+    echo "No /etc/kernel/cmdline found - falling back to /proc/cmdline" >&2
+    cmdline=$(sed 's/initrd=[^ ]* *//g' "$PGC_ROOT/proc/cmdline")
+  fi
+  for id in $(esps); do
+    esp="$PGC_ROOT/fake-esp/$id" grub=""
+    [ -e "$esp/EFI/proxmox/grubx64.efi" ] && grub=1
+    if [ -d "$efi" ] && [ -z "$grub" ]; then
+      [ -f "$esp/loader/loader.conf" ] || {{ echo "/dev/disk/by-uuid/$id contains no loader.conf - skipping" >&2; continue; }}
+      [ -d "$esp/EFI/proxmox" ] || {{ echo "/dev/disk/by-uuid/$id/EFI/proxmox does not exist- skipping" >&2; continue; }}
+    elif [ ! -d "$esp/grub" ]; then
+      echo "/dev/disk/by-uuid/$id contains no grub directory - skipping" >&2; continue
+    fi
+    echo "Copying and configuring kernels on /dev/disk/by-uuid/$id" >&2
+    if [ -n "$grub" ] || [ ! -d "$efi" ]; then
+      echo "	Copying kernel $kver" >&2
+      : > "$esp/vmlinuz-$kver"
+      PVE_EFIBOOT_UNSHARED=1 FAKE_BOOT="/fake-esp/$id" update-grub || exit 1
+    else
+      echo "	Copying kernel and creating boot-entry for $kver" >&2
+      mkdir -p "$esp/EFI/proxmox/$kver" "$esp/loader/entries"; entry="$esp/loader/entries/proxmox-$kver.conf"
+      printf 'title    Proxmox Virtual Environment\\nversion  %s\\noptions  %s\\n' "$kver" "$cmdline" > "$entry.new"
+      mv "$entry.new" "$entry"
+    fi
+  done ;;
+*) echo "unknown command '$1'" >&2; exit 1 ;;
+esac"""
 _UPDATE_INITRAMFS = f"""img="$PGC_ROOT/{INITRD}"
 echo "update-initramfs: Generating /{INITRD}" >&2
 for f in "$PGC_ROOT"/etc/modprobe.d/*.conf; do [ -e "$f" ] && {{ echo "### /etc/modprobe.d/${{f##*/}}"; cat "$f"; }}; done \\

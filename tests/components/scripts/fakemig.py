@@ -42,9 +42,21 @@ from tests.components.scripts.fakeguest_tools import STUBS
 from tests.components.scripts.fakekube import FakeCluster
 from tests.components.scripts.fakeroot import FakeRoot
 
-_MIG_SMI = r"""R="$PGC_ROOT"; M="$R/fake-mig"
+# Hopper (``fake-mig-hopper``): the mode belongs to the loaded driver of this boot (stamped with the boot id in
+# sys/module/nvidia/, which a reboot, a driver reload or a VM start takes away): without the stamp every MIG GPU is
+# back to Disabled.
+_HOPPER_FORGETS = r"""if [ -f "$R/fake-mig-hopper" ] && [ -f "$M" ] && \
+   [ "$(cat "$R/sys/module/nvidia/fake-mig-boot" 2>/dev/null)" != "$(cat "$R/proc/sys/kernel/random/boot_id")" ]; then
+  awk '$2 != "[N/A]" { $2 = "Disabled"; $3 = "Disabled" } { print }' "$M" > "$M.n"; mv "$M.n" "$M"
+  cat "$R/proc/sys/kernel/random/boot_id" > "$R/sys/module/nvidia/fake-mig-boot"
+fi
+"""
+_MIG_SMI = (
+    r"""R="$PGC_ROOT"; M="$R/fake-mig"
 if [ -f "$R/sys/module/nvidia/version" ] && [ -f "$M" ]; then
-  case "$*" in
+"""
+    + _HOPPER_FORGETS
+    + r"""  case "$*" in
   "--query-gpu=index,mig.mode.current,mig.mode.pending --format=csv,noheader")
     while read -r i c p; do echo "$i, $c, $p"; done < "$M"; exit 0 ;;
   "-i "*" -mig "[01])
@@ -53,7 +65,7 @@ if [ -f "$R/sys/module/nvidia/version" ] && [ -f "$M" ]; then
     bus="00000000:0$((i + 1)):00.0"
     set -- $line
     if [ "$2" = "[N/A]" ]; then echo "Unable to $word MIG Mode for GPU $bus: Not Supported"; exit 3; fi
-    cur="$2"; [ -f "$R/fake-mig-resettable" ] && cur="$want"
+    cur="$2"; { [ -f "$R/fake-mig-resettable" ] || [ -f "$R/fake-mig-hopper" ]; } && cur="$want"
     awk -v i="$i" -v c="$cur" -v p="$want" '$1 == i { $2 = c; $3 = p } { print }' "$M" > "$M.n"; mv "$M.n" "$M"
     if [ "$cur" = "$want" ]; then echo "$want MIG Mode for GPU $bus"
     else echo "Warning: MIG mode is in pending $word state for GPU $bus:Not Supported"
@@ -62,6 +74,7 @@ if [ -f "$R/sys/module/nvidia/version" ] && [ -f "$M" ]; then
   esac
 fi
 """
+)
 
 _API = r"""
 import fcntl, json
@@ -144,11 +157,17 @@ sys.exit(print("fake qm: unsupported " + " ".join(args), file=sys.stderr) or 2)
 )
 
 
-def install_mig(guest: FakeGuest, modes: dict[int, str], *, resettable: bool = False) -> None:
-    """GPUs by nvidia-smi index with their MIG mode (``Enabled``, ``Disabled`` or ``[N/A]``), current = pending."""
+def install_mig(guest: FakeGuest, modes: dict[int, str], *, resettable: bool = False, hopper: bool = False) -> None:
+    """GPUs by nvidia-smi index with their MIG mode (``Enabled``, ``Disabled`` or ``[N/A]``), current = pending.
+    ``hopper``: H100/H200, whose mode applies at once and is lost at every boot (see the module docstring)."""
     guest.write("fake-mig", "".join(f"{i} {m} {m}\n" for i, m in sorted(modes.items())))
     if resettable:
         guest.write("fake-mig-resettable", "")
+    if hopper:
+        guest.write("fake-mig-hopper", "")
+        stamp = guest.root / "sys/module/nvidia/fake-mig-boot"
+        if stamp.parent.is_dir():  # the modes above are this boot's
+            stamp.write_text(guest.read("proc/sys/kernel/random/boot_id"))
     guest.stub_script("nvidia-smi", _MIG_SMI + STUBS["nvidia-smi"])
 
 
@@ -165,13 +184,16 @@ def operator_driver(guest: FakeGuest) -> None:
 
 
 def mig_state(guest: FakeRoot) -> dict[int, tuple[str, str]]:
-    """Index -> (current, pending)."""
+    """Index -> (current, pending), as NVML reports them now (a Hopper GPU's mode gone after a boot)."""
+    if (guest.root / "sys/module/nvidia/version").exists():
+        script = 'R="$PGC_ROOT"; M="$R/fake-mig"\n' + _HOPPER_FORGETS
+        subprocess.run(["sh", "-c", script], env={"PGC_ROOT": str(guest.root), "PATH": "/usr/bin:/bin"}, check=True)
     rows = [line.split() for line in guest.read("fake-mig").splitlines()]
     return {int(i): (c, p) for i, c, p in rows}
 
 
 _OPERATOR = r"""
-import fcntl, json, os, shutil, sys
+import fcntl, json, os, shutil, subprocess, sys
 guest, api, node = sys.argv[1:4]
 path = os.path.join(guest, "fake-operator.json")
 w = json.load(open(path))
@@ -193,6 +215,8 @@ if w["ticks"] >= w["driver_after"] + w["manager_after"]:
         labels = state.setdefault("labels", {}).setdefault(node, {})
         label, report = labels.get("nvidia.com/mig.config", ""), None
         want = "Disabled" if label == "all-disabled" else "Enabled"
+        subprocess.run(["sh", "-c", 'R="$PGC_ROOT"; M="$R/fake-mig"\n' + HOPPER_FORGETS],
+                       env={"PGC_ROOT": guest, "PATH": "/usr/bin:/bin"}, check=True)
         rows = [line.split() for line in open(mig_file).read().splitlines()]
         if w["running"] is not None and w["running"] == label:  # the run begun last tick reports
             report = "success" if all(c in ("[N/A]", want) for _, c, _ in rows) else "failed"
@@ -201,7 +225,7 @@ if w["ticks"] >= w["driver_after"] + w["manager_after"]:
             if all(c in ("[N/A]", want) for _, c, _ in rows):
                 report, w["reconciled"] = "success", label  # nvidia-mig-parted assert passes: success at once
             else:
-                reset = os.path.exists(os.path.join(guest, "fake-mig-resettable"))
+                reset = any(os.path.exists(os.path.join(guest, f)) for f in ("fake-mig-resettable", "fake-mig-hopper"))
                 rows = [[i, c if c == "[N/A]" else (want if reset else c), p if c == "[N/A]" else want]
                         for i, c, p in rows]
                 open(mig_file, "w").write("".join(" ".join(r) + "\n" for r in rows))
@@ -236,7 +260,7 @@ def operator_world(
     world = {"ticks": 0, "driver_after": driver_after, "manager_after": manager_after, "version": version,
              "reconciled": None, "running": None}  # fmt: skip
     guest.write("fake-operator.json", json.dumps(world))
-    (guest.bin / "fake_gpu_operator.py").write_text(_OPERATOR)
+    (guest.bin / "fake_gpu_operator.py").write_text(f"HOPPER_FORGETS = {_HOPPER_FORGETS!r}\n" + _OPERATOR)
     guest.stub_script("sleep", f'python3 "{guest.bin}/fake_gpu_operator.py" "{guest.root}" "{cluster.path}" "{node}"')
     if driver_up:
         tick(guest, driver_after + manager_after + 1)

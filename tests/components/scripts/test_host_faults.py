@@ -152,10 +152,7 @@ def test_a_host_prepared_the_old_way_converges_without_a_reboot(tmp_path: Path) 
 
 def zfs_node_with_a_running_vm(root: Path) -> FakeHost:
     host = old_intel(root)
-    host.write("etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
-    host.write("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
-    host.run_quietly("proxmox-boot-tool", "refresh")
-    host.reboot()
+    host.proxmox_boot("uefi")
     host.guests("VM 3101 gpu-a10-a running", "CT 200 dns running")
     return host
 
@@ -166,6 +163,20 @@ def test_always_reboots_a_busy_systemd_boot_node(tmp_path: Path) -> None:
     report = harness(tmp_path, zfs_node_with_a_running_vm, [prep, ("host-verify", lambda h: h.verify(A10[0]))])
     check(report)
     assert report.boots == 3  # the fixture's own boots, then the one reboot
+
+
+def zfs_node_on_legacy_bios(root: Path) -> FakeHost:
+    """ZFS on legacy BIOS: proxmox-boot-tool with GRUB on the ESP, regenerated from /etc/default/grub by refresh."""
+    host = old_intel(root)
+    host.proxmox_boot("bios")
+    return host
+
+
+@pytest.mark.slow
+def test_a_zfs_node_on_legacy_bios_reboots_once_into_the_arguments(tmp_path: Path) -> None:
+    report = harness(tmp_path, zfs_node_on_legacy_bios, [PREP, VERIFY])
+    check(report)
+    assert report.boots == 3  # the fixture's own boots, then the one reboot, in every faulted chain too
 
 
 def prepared_with_a_running_worker(root: Path) -> FakeHost:

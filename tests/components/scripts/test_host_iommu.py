@@ -219,7 +219,7 @@ def test_a_host_prepared_the_old_way_converges_without_a_reboot(tmp_path: Path, 
     r = host.prep(A10, A100)
     assert r.returncode == 0, r.stderr
     files = ["changed: /etc/modprobe.d/vfio.conf", "changed: /etc/modprobe.d/blacklist-gpu-passthrough.conf (removed)"]
-    files.append(f"changed: /{CLAIMS}/{OWNER}.conf")
+    files += [f"changed: /{CLAIMS}/{OWNER}.conf", "changed: /etc/initramfs-tools/modules"]
     # AMD: amd_iommu=on goes (no such value), so GRUB is regenerated; Intel: intel_iommu=on stays (valid).
     assert sorted(changed(r.stdout)) == sorted(files + (["changed: /etc/default/grub"] if cpu == "amd" else []))
     assert "update-initramfs -u -k all" in r.calls and ("update-grub " in r.calls) is (cpu == "amd")

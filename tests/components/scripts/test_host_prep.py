@@ -32,6 +32,7 @@ def test_first_run_configures_and_schedules_one_reboot(host: FakeHost) -> None:
     assert r.returncode == 0, r.stderr
     assert sorted(line for line in r.stdout.splitlines() if line.startswith("changed: ")) == [
         "changed: /etc/default/grub",
+        "changed: /etc/initramfs-tools/modules",
         "changed: /etc/modprobe.d/vfio.conf",
         "changed: /etc/modules-load.d/vfio.conf",
         f"changed: /{CLAIMS}/{OWNER}.conf",  # its claim, recorded first
@@ -203,8 +204,7 @@ def test_iommu_pt_and_acs_override(host: FakeHost) -> None:
 
 
 def test_systemd_boot_is_detected(host: FakeHost) -> None:
-    host.write("etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
-    host.write("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
+    host.proxmox_boot("uefi")  # ZFS on UEFI without Secure Boot: systemd-boot
     r = host.prep(A10)
     assert r.returncode == 0, r.stderr
     assert host.read("etc/kernel/cmdline") == "root=ZFS=rpool/ROOT/pve-1 boot=zfs intel_iommu=on\n"

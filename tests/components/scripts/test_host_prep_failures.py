@@ -87,13 +87,12 @@ def test_a_failing_regeneration_says_so_and_is_redone(host: FakeHost, tool: str,
 
 
 def test_a_failing_proxmox_boot_tool_is_redone(host: FakeHost) -> None:
-    host.write("etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
-    host.write("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
+    host.proxmox_boot("uefi")
     real = (host.bin / "proxmox-boot-tool").read_text()
-    host.stub_script(
+    host.prepend(
         "proxmox-boot-tool",
-        """echo "mount: /var/tmp/espmounts/1234-ABCD: special device \
-/dev/disk/by-uuid/1234-ABCD does not exist." >&2; exit 32""",
+        """[ "$1" != refresh ] || { echo "mount: /var/tmp/espmounts/1234-ABCD: special device \
+/dev/disk/by-uuid/1234-ABCD does not exist." >&2; exit 32; }""",
     )
     r = host.prep(A10)
     assert r.returncode == 1 and last_line(r.stderr).startswith("mount: /var/tmp/espmounts/1234-ABCD")
@@ -119,10 +118,7 @@ def test_a_grub_drop_in_that_overrides_the_arguments_fails_before_any_reboot(hos
 
 def test_a_reboot_that_came_back_without_the_arguments_is_not_repeated(host: FakeHost) -> None:
     # The node boots with systemd-boot, but the spec says GRUB: the reboot boots the ESP entry, not grub.cfg.
-    host.write("etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
-    host.write("etc/kernel/proxmox-boot-uuids", "1234-ABCD\n")
-    host.run_quietly("proxmox-boot-tool", "refresh")
-    host.reboot()
+    host.proxmox_boot("uefi")
     r = host.prep(A10, boot_loader="grub")
     assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("reboot: scheduled")
     assert host.reboot_if_scheduled() and "intel_iommu=on" not in host.read("proc/cmdline")
