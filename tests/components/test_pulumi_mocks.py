@@ -109,6 +109,7 @@ def test_pci_invokes_take_the_proxmox_apis_field_names() -> None:
 
 def test_the_preflight_takes_a_node_and_names_it() -> None:
     bridges_only = [d for d in spec_shaped_pci(NODE) if d["vendor"] != "0x10de"]  # the host without its GPU
+
     def program() -> None:
         run_preflight(NODE, proxmoxve.Provider("pve"))
 
