@@ -217,11 +217,13 @@ dpkg_repair() {
   fi
 }
 
-# apt_install <package[=version]>...: held packages may change (the version in the argument is the new pin).
+# apt_install <package[=version]>...: held packages may change and may go down (the version in the argument is the
+# new pin: lowering a driver, toolkit or Kubernetes pin is a downgrade, which apt-get -y refuses without
+# --allow-downgrades: "E: Packages were downgraded and -y was used without --allow-downgrades", exit 100, apt 2.6).
 apt_install() {
   dpkg_repair
   apt_update
-  apt "apt-get install" install -y -q --allow-change-held-packages \
+  apt "apt-get install" install -y -q --allow-change-held-packages --allow-downgrades \
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
   echo "installed: $*"
 }

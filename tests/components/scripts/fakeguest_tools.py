@@ -54,13 +54,14 @@ containerd_started() {
 }
 """
 
-_APT_GET = r"""cmd=""; timeout=""; error_on=""; pkgs=""; skip=""; change_held=""
+_APT_GET = r"""cmd=""; timeout=""; error_on=""; pkgs=""; skip=""; change_held=""; downgrades=""
 for a in "$@"; do
   if [ -n "$skip" ]; then case "$a" in DPkg::Lock::Timeout=*) timeout="${a#*=}" ;; esac; skip=""; continue; fi
   case "$a" in
     -o) skip=1 ;;
     --error-on=any) error_on=1 ;;
     --allow-change-held-packages) change_held=1 ;;
+    --allow-downgrades) downgrades=1 ;;
     -*) ;;
     update|install|purge) cmd="$a" ;;
     *) pkgs="$pkgs $a" ;;
@@ -99,6 +100,10 @@ for a in $pkgs; do
   grep -qxF "$v" "$f" || { echo "E: Version '$v' for '$p' was not found" >&2; exit 100; }
   if [ -z "$change_held" ] && grep -qxF "$p" "$R/var/lib/fake-holds" 2>/dev/null && [ "$(cat "$D/$p" 2>/dev/null)" != "$v" ]; then
     echo "E: Held packages were changed and -y was used without --allow-change-held-packages." >&2; exit 100
+  fi
+  old="$(cat "$D/$p" 2>/dev/null || true)"
+  if [ -z "$downgrades" ] && [ -n "$old" ] && /usr/bin/dpkg --compare-versions "$v" lt "$old"; then
+    echo "E: Packages were downgraded and -y was used without --allow-downgrades." >&2; exit 100
   fi
   todo="$todo $p=$v"
   [ "$p" = kubeadm ] && todo="$todo cri-tools=1.34.0-1.1"  # kubeadm depends on cri-tools (crictl)
@@ -153,7 +158,18 @@ hold) for p in "$@"; do grep -qxF "$p" "$h" || echo "$p" >> "$h"; echo "$p set o
 unhold) for p in "$@"; do grep -vxF "$p" "$h" > "$h.new" || true; mv "$h.new" "$h"; done ;;
 esac"""
 
-_APT_CACHE = r"""f="$R/var/lib/fake-archive/$2"; [ -f "$f" ] || exit 0
+# madison: every version, newest first; show P=V...: a record per version the archive has (no Depends: the fake
+# archive's packages depend on nothing), "E: No packages found" (exit 100) when it has none of them.
+_APT_CACHE = r"""if [ "$1" = show ]; then
+  shift; found=""
+  for a in "$@"; do
+    p="${a%%=*}"; v="${a#*=}"; f="$R/var/lib/fake-archive/$p"
+    [ -f "$f" ] && grep -qxF "$v" "$f" && { printf "Package: %s\nVersion: %s\n\n" "$p" "$v"; found=1; }
+  done
+  [ -n "$found" ] || { echo "E: No packages found" >&2; exit 100; }
+  exit 0
+fi
+f="$R/var/lib/fake-archive/$2"; [ -f "$f" ] || exit 0
 while read -r v; do printf " %s | %s | http://archive.ubuntu.com/ubuntu noble/restricted\n" "$2" "$v"; done < "$f"
 """
 
