@@ -86,7 +86,7 @@ refuse_transitional() {
 tracking_headers() {
   local status pkg
   while read -r status pkg; do
-    [[ "$status" == ii && "$pkg" =~ ^linux-image-([a-z][a-z0-9.-]*)$ ]] || continue
+    [[ "$status" == [ih]i && "$pkg" =~ ^linux-image-([a-z][a-z0-9.-]*)$ ]] || continue
     printf 'linux-headers-%s\n' "${BASH_REMATCH[1]}"
   done <<<"$1"
 }

@@ -179,13 +179,14 @@ bound_driver() {
   fi
 }
 
-# installed_version <package>: its version when installed and configured (dpkg status ii), else nothing: a
+# installed_version <package>: its version when installed and configured (dpkg status ii, or hi when held: the
+# first letter of ${db:Status-Abbrev} is the selection, the second the state; dpkg-query(1)), else nothing: a
 # package a killed or failed run left unpacked (iU) or half-configured (iF) counts as missing.
 installed_version() {
   local out status="" version=""
   out="$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}\n' "$1" 2>/dev/null || true)"
   read -r status version <<<"$out" || true
-  if [[ "$status" == ii ]]; then
+  if [[ "$status" == [ih]i ]]; then
     printf '%s\n' "$version"
   fi
 }

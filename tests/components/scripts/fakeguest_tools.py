@@ -141,7 +141,8 @@ esac"""
 
 # One package: "ii  <version>" (iU/iF when unpacked but not configured); a pattern: "<status>  <package>" each.
 _DPKG_QUERY = r"""p="$3"
-st_of() { cat "$S/$1" 2>/dev/null || echo ii; }
+# A held package's selection is "h" (hi), as dpkg-query reports it (the real one: test_real_apt.py).
+st_of() { st="$(cat "$S/$1" 2>/dev/null || echo ii)"; grep -qxF "$1" "$R/var/lib/fake-holds" 2>/dev/null && st="h${st#?}"; echo "$st"; }
 case "$p" in *"*"*)
   for f in "$D"/$p; do [ -f "$f" ] && printf "%s  %s\n" "$(st_of "${f##*/}")" "${f##*/}"; done; exit 0 ;;
 esac

@@ -1,0 +1,168 @@
+"""The driver step against the REAL apt and dpkg (realapt.py) and an archive in the shape of Ubuntu's NVIDIA archive
+(aptrepo.py, built once per session with dpkg-deb and apt-ftparchive): pin an older build, upgrade, downgrade, roll
+back, hold, refuse a retired branch, repair a killed install, purge. Also the contract of the fake apt's downgrade
+refusal (fakeguest_tools.py), checked against the real one. Slow: the archive takes ~10 s to build here."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from proxmox_gpu_cluster.render.guest_scripts import driver_args
+from tests.components.scripts.aptrepo import BUILDS, build, ubuntu_nvidia_archive
+from tests.components.scripts.fakeguest import FakeGuest
+from tests.components.scripts.realapt import RealAptGuest
+from tests.components.scripts.test_guest_bootstrap_scripts import spec
+from tests.support import external
+
+pytestmark = pytest.mark.slow
+
+OLD, MID, NEW = BUILDS["580"]
+"""580.95.05, 580.105.08 and 580.126.20 (the newest the archive has)."""
+FAMILY_OPEN = (
+    "nvidia-headless-580-server-open",
+    "nvidia-headless-no-dkms-580-server-open",
+    "nvidia-dkms-580-server-open",
+    "nvidia-kernel-source-580-server-open",
+    "nvidia-utils-580-server",
+    "libnvidia-compute-580-server",
+    "nvidia-compute-utils-580-server",
+    "libnvidia-cfg1-580-server",
+    "nvidia-kernel-common-580-server",
+)
+"""The packages of one 580-server build a headless install of the open modules brings (aptrepo.driver_source)."""
+
+
+def up(version: str) -> str:
+    return version.split("-", maxsplit=1)[0]
+
+
+@pytest.fixture(scope="session")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    for tool in ("dpkg-deb", "apt-ftparchive", "apt-get"):
+        external(Path(shutil.which(tool) or f"/usr/bin/{tool}"), tool, "apt-get install dpkg-dev apt-utils apt")
+    return build(ubuntu_nvidia_archive(), tmp_path_factory.mktemp("archive") / "repo")
+
+
+@pytest.fixture
+def guest(tmp_path: Path, repo: Path) -> RealAptGuest:
+    return RealAptGuest(tmp_path / "root", repo)
+
+
+def driver(guest: RealAptGuest, **overrides: object) -> tuple[str, str]:
+    """Run the driver step, reboot when it asks and run it again (as the next run does; it must need nothing);
+    (stdout, stderr) of the first run, which must succeed."""
+    args = driver_args(spec(**overrides))
+    r = guest.step("driver", *args)
+    assert r.returncode == 0, r.stderr
+    if guest.reboot_scheduled():
+        guest.reboot()
+        again = guest.step("driver", *args)
+        assert again.returncode == 0 and "reboot: not-needed" in again.stdout, again.stderr
+    return r.stdout, r.stderr
+
+
+def family_at(guest: RealAptGuest, version: str, family: tuple[str, ...] = FAMILY_OPEN) -> None:
+    status = guest.status()
+    held = set(guest.holds())
+    want = {p: f"{'h' if p in held else 'i'}i {version}" for p in family}  # held: "hi" (dpkg-query(1))
+    assert {p: status.get(p) for p in family} == want
+    assert guest.read("sys/module/nvidia/version").strip() == up(version)  # the DKMS-built module runs
+
+
+def test_the_old_command_cannot_pin_an_older_build(guest: RealAptGuest) -> None:
+    # What the step ran before: the driver and utilities at the pin, the rest left to apt. Real apt will not pick
+    # an older build of an unversioned dependency by itself, so a pin stops working when a newer build appears.
+    r = guest.run_stdin(
+        f"apt-get update -q >/dev/null && apt-get install -y -q --allow-change-held-packages "
+        f"nvidia-headless-580-server-open={OLD} nvidia-utils-580-server={OLD}\n"
+    )
+    assert r.returncode == 100
+    assert "Unable to correct problems" in r.stderr
+    assert f"nvidia-kernel-common-580-server-{up(OLD)}" in r.stdout  # utils' exact dependency, unmet
+
+
+def test_pinning_an_older_build_installs_its_whole_family(guest: RealAptGuest) -> None:
+    out, _ = driver(guest, driverVersion=up(OLD))
+    assert f"driver: nvidia-headless-580-server-open {OLD} (installed)" in out
+    family_at(guest, OLD)
+    assert set(guest.holds()) == {"nvidia-headless-580-server-open", "nvidia-utils-580-server"}
+    assert "nvidia-dkms-580-server" not in guest.status()  # the open modules only
+    again = guest.step("driver", *driver_args(spec(driverVersion=up(OLD))))
+    assert again.returncode == 0 and "reboot: not-needed" in again.stdout
+    assert not [c for c in again.calls if c.startswith(("apt-get", "dpkg --configure", "apt-mark hold"))]
+
+
+def test_upgrade_downgrade_and_roll_back_under_holds(guest: RealAptGuest) -> None:
+    driver(guest, driverVersion=up(OLD))
+    for version in (NEW, MID, NEW, OLD):  # up, down (below the newest), back up, down to the first
+        out, _ = driver(guest, driverVersion=up(version))
+        assert "(installed)" in out
+        family_at(guest, version)
+        assert set(guest.holds()) == {"nvidia-headless-580-server-open", "nvidia-utils-580-server"}
+    # What unattended-upgrades / apt-get upgrade would do: the held driver keeps its whole family where it is.
+    r = guest.run_stdin("apt-get upgrade -y -q\n")
+    assert r.returncode == 0, r.stderr
+    family_at(guest, OLD)
+
+
+def test_lowering_the_pin_needs_allow_downgrades_in_real_apt_and_in_the_fake(
+    guest: RealAptGuest, tmp_path: Path
+) -> None:
+    # The contract of the fake apt (fakeguest_tools.py): the same command, the same refusal, as the real apt.
+    driver(guest, driverVersion=up(NEW))
+    pkgs = " ".join(f"{p}={OLD}" for p in FAMILY_OPEN)
+    real = guest.run_stdin(f"apt-get install -y -q --allow-change-held-packages {pkgs}\n")
+    fake = FakeGuest(tmp_path / "fake")
+    fake.run_stdin("apt-get install -y -q nvidia-utils-580-server=580.105.08-0ubuntu0.24.04.1\n")
+    fake_down = fake.run_stdin(
+        "apt-get install -y -q --allow-change-held-packages nvidia-utils-580-server=580.95.05-0ubuntu0.24.04.2\n"
+    )
+    line = "E: Packages were downgraded and -y was used without --allow-downgrades."
+    assert (real.returncode, fake_down.returncode) == (100, 100)
+    assert line in real.stderr and line in fake_down.stderr
+    family_at(guest, NEW)  # nothing changed
+
+
+@pytest.mark.parametrize("version", [None, "565.57.01"], ids=["branch", "version"])
+def test_a_retired_branch_is_refused_before_anything_is_installed(guest: RealAptGuest, version: str | None) -> None:
+    r = guest.step("driver", *driver_args(spec(driverBranch="565", driverVersion=version)))
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[-1] == (
+        "driver: nvidia-headless-565-server-open 565.57.01-0ubuntu1.24.04.1: expected the 565 driver, saw a "
+        "transitional package to the 580 branch (nvidia-headless-580-server-open): branch 565 is retired; pin "
+        "driverBranch 580"
+    )
+    assert not [c for c in r.calls if c.startswith("apt-get install")]
+    assert not any(p.startswith(("nvidia", "libnvidia")) for p in guest.status())
+
+
+def test_a_branch_pin_installs_the_newest_build_of_another_flavour(guest: RealAptGuest) -> None:
+    out, _ = driver(guest, driverVersion=None, driverFlavor="desktop", kernelModules="proprietary")
+    newest = BUILDS["580"][-1]
+    family = ("nvidia-headless-580", "nvidia-headless-no-dkms-580", "nvidia-dkms-580", "nvidia-kernel-source-580")
+    family_at(guest, newest, (*family, "nvidia-utils-580", "libnvidia-compute-580", "nvidia-kernel-common-580"))
+    assert set(guest.holds()) == {"nvidia-headless-580", "nvidia-utils-580"}
+    assert "(installed)" in out
+
+
+def test_a_kill_between_unpacking_and_configuring_is_repaired(guest: RealAptGuest) -> None:
+    guest.kill_apt_after_unpack()
+    killed = guest.step("driver", *driver_args(spec()))
+    assert killed.returncode == -9
+    unpacked = {p: s for p, s in guest.status().items() if p in FAMILY_OPEN}
+    assert unpacked and all(s.startswith("iU") for s in unpacked.values())  # dpkg's state, not a model's
+    out, _ = driver(guest)
+    assert "dpkg: finishing an interrupted install" in out
+    family_at(guest, OLD)
+
+
+def test_purge_removes_the_driver_and_its_holds(guest: RealAptGuest) -> None:
+    driver(guest)
+    r = guest.step("driver", *driver_args(spec()), "--purge")
+    assert r.returncode == 0, r.stderr
+    status = guest.status()
+    assert "nvidia-headless-580-server-open" not in status and "nvidia-utils-580-server" not in status
+    assert guest.holds() == []
