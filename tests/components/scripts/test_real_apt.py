@@ -5,13 +5,14 @@ refusal (fakeguest_tools.py), checked against the real one. Slow: the archive ta
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from proxmox_gpu_cluster.render.guest_scripts import driver_args
-from tests.components.scripts.aptrepo import BUILDS, build, ubuntu_nvidia_archive
+from tests.components.scripts.aptrepo import BUILDS, KERNELS, build, flavour_metapackages, ubuntu_nvidia_archive
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.realapt import RealAptGuest
 from tests.components.scripts.test_guest_bootstrap_scripts import spec
@@ -166,3 +167,29 @@ def test_purge_removes_the_driver_and_its_holds(guest: RealAptGuest) -> None:
     status = guest.status()
     assert "nvidia-headless-580-server-open" not in status and "nvidia-utils-580-server" not in status
     assert guest.holds() == []
+
+
+def test_a_kernel_update_brings_its_headers_and_dkms_builds_the_module(
+    guest: RealAptGuest, repo: Path, tmp_path: Path
+) -> None:
+    driver(guest, driverVersion=up(OLD))
+    # The archive publishes a new kernel: the flavour metapackages now depend on its image and headers.
+    newer = tmp_path / "repo-kernel"
+    newer.mkdir()
+    for deb in repo.glob("*.deb"):
+        os.link(deb, newer / deb.name)
+    guest.publish(build(flavour_metapackages(KERNELS[1]), newer))
+    # What unattended-upgrades does (it installs a metapackage's new dependencies, as dist-upgrade does).
+    r = guest.run_stdin("apt-get update -q && apt-get dist-upgrade -y -q\n")
+    assert r.returncode == 0, r.stderr
+    status = guest.status()
+    assert status[f"linux-headers-{KERNELS[1]}"].startswith("ii ") and status[f"linux-image-{KERNELS[1]}"]
+    family_at(guest, OLD)  # the held driver and its family stay
+    assert guest.read(f"lib/modules/{KERNELS[1]}/updates/dkms/nvidia.ko").strip() == up(OLD)
+    guest.write("fake-kernel", KERNELS[1] + "\n")  # the kernel's postinst hooks: initramfs and grub.cfg
+    guest.run_stdin("update-initramfs -u 2>/dev/null; update-grub 2>/dev/null\n")
+    guest.reboot()
+    r = guest.step("driver", *driver_args(spec(driverVersion=up(OLD))))
+    assert r.returncode == 0 and "reboot: not-needed" in r.stdout, r.stderr
+    assert not [c for c in r.calls if c.startswith("apt-get install")]
+    assert guest.read("sys/module/nvidia/version").strip() == up(OLD)
