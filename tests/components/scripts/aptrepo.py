@@ -159,9 +159,30 @@ def flavour_metapackages(kernel: str) -> list[Package]:
     ]
 
 
+TOOLKIT_BUILDS = ("1.18.1-1", "1.18.2-1")
+
+
+def toolkit(version: str) -> list[Package]:
+    """The NVIDIA Container Toolkit's packages of one release: nvidia-container-toolkit depends on
+    nvidia-container-toolkit-base and libnvidia-container-tools at exactly its version (NVIDIA/nvidia-container-toolkit
+    packaging/debian/control, tag v1.18.2); libnvidia-container-tools' own dependencies are not modelled."""
+    tools = ("libnvidia-container-tools (= {v})", "libnvidia-container-tools (<< 2.0.0)")
+    return [
+        Package(
+            "nvidia-container-toolkit",
+            version,
+            (f"nvidia-container-toolkit-base (= {version})", *(t.format(v=version) for t in tools)),
+            section="utils",
+        ),
+        Package("nvidia-container-toolkit-base", version, section="utils"),
+        Package("libnvidia-container-tools", version, section="utils"),
+        Package("libnvidia-container1", version, section="libs"),
+    ]
+
+
 def ubuntu_nvidia_archive() -> list[Package]:
     """Branches 570 and 580 (server and desktop, several builds each), retired 565 (transitional), precompiled
-    modules of each branch's newest build for every kernel, and the kernel packages."""
+    modules of each branch's newest build for every kernel, the kernel packages and two toolkit releases."""
     out = kernel_packages()
     for branch, versions in BUILDS.items():
         for server in (True, False):
@@ -172,6 +193,8 @@ def ubuntu_nvidia_archive() -> list[Package]:
     for branch, (version, successor) in RETIRED.items():
         for server in (True, False):
             out += transitional(branch, server, version, successor)
+    for version in TOOLKIT_BUILDS:
+        out += toolkit(version)
     return out
 
 

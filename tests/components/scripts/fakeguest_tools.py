@@ -160,12 +160,14 @@ unhold) for p in "$@"; do grep -vxF "$p" "$h" > "$h.new" || true; mv "$h.new" "$
 esac"""
 
 # madison: every version, newest first; show P=V...: a record per version the archive has (no Depends: the fake
-# archive's packages depend on nothing), "E: No packages found" (exit 100) when it has none of them.
+# archive's packages depend on nothing), nothing for a version it lacks, and "E: No packages found" (exit 100) only
+# when it knows none of the packages, as apt-cache 2.6 (contract: test_real_apt.py).
 _APT_CACHE = r"""if [ "$1" = show ]; then
   shift; found=""
   for a in "$@"; do
     p="${a%%=*}"; v="${a#*=}"; f="$R/var/lib/fake-archive/$p"
-    [ -f "$f" ] && grep -qxF "$v" "$f" && { printf "Package: %s\nVersion: %s\n\n" "$p" "$v"; found=1; }
+    [ -f "$f" ] || continue
+    found=1; grep -qxF "$v" "$f" && printf "Package: %s\nVersion: %s\n\n" "$p" "$v"
   done
   [ -n "$found" ] || { echo "E: No packages found" >&2; exit 100; }
   exit 0

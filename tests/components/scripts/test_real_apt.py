@@ -12,8 +12,16 @@ from pathlib import Path
 import pytest
 
 from proxmox_gpu_cluster.render.guest_scripts import driver_args
-from tests.components.scripts.aptrepo import BUILDS, KERNELS, build, flavour_metapackages, ubuntu_nvidia_archive
+from tests.components.scripts.aptrepo import (
+    BUILDS,
+    KERNELS,
+    TOOLKIT_BUILDS,
+    build,
+    flavour_metapackages,
+    ubuntu_nvidia_archive,
+)
 from tests.components.scripts.fakeguest import FakeGuest
+from tests.components.scripts.fakeroot import SCRIPTS
 from tests.components.scripts.realapt import RealAptGuest
 from tests.components.scripts.test_guest_bootstrap_scripts import spec
 from tests.support import external
@@ -193,3 +201,43 @@ def test_a_kernel_update_brings_its_headers_and_dkms_builds_the_module(
     assert r.returncode == 0 and "reboot: not-needed" in r.stdout, r.stderr
     assert not [c for c in r.calls if c.startswith("apt-get install")]
     assert guest.read("sys/module/nvidia/version").strip() == up(OLD)
+
+
+def test_the_toolkit_pin_goes_down_and_up_under_holds(guest: RealAptGuest) -> None:
+    # The runtime step's package work (guest_runtime.sh: the four toolkit packages at the pin, then held) through
+    # guest_lib.sh's apt_install and hold, with the real apt: the lower pin is a downgrade of held packages.
+    pkgs = (
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+    )
+    lib = (SCRIPTS / "guest_lib.sh").read_text()
+    for version in (TOOLKIT_BUILDS[1], TOOLKIT_BUILDS[0], TOOLKIT_BUILDS[1]):  # install, lower, raise again
+        pinned = " ".join(f"{p}={version}" for p in pkgs)
+        r = guest.run_stdin(f"{lib}\napt_install {pinned}\nhold {' '.join(pkgs)}\n")
+        assert r.returncode == 0, r.stderr
+        status = guest.status()
+        assert {p: status[p] for p in pkgs} == {p: f"hi {version}" for p in pkgs}
+
+
+def test_the_fake_apt_cache_answers_as_the_real_one(guest: RealAptGuest, tmp_path: Path) -> None:
+    # The contract of the fake apt-cache (fakeguest_tools.py) for what the driver step asks it: a record per
+    # version the archive has, nothing for a version it lacks, "E: No packages found" (exit 100) for a package it
+    # does not know, madison newest first.
+    fake = FakeGuest(tmp_path / "fake")
+    guest.run_stdin("apt-get update -q\n")
+    for tool in (guest, fake):
+        hit = tool.run_stdin(f"apt-cache show nvidia-utils-580-server={OLD} nvidia-utils-580-server=1.0-1\n")
+        assert hit.returncode == 0
+        assert [line for line in hit.stdout.splitlines() if line.startswith(("Package:", "Version:"))] == [
+            "Package: nvidia-utils-580-server",
+            f"Version: {OLD}",
+        ]
+        miss = tool.run_stdin("apt-cache show nvidia-utils-580-server=1.0-1\n")
+        assert (miss.returncode, miss.stdout.strip(), miss.stderr.strip()) == (0, "", "")
+        unknown = tool.run_stdin("apt-cache show nvidia-utils-581-server=1.0-1\n")
+        assert (unknown.returncode, unknown.stderr.strip()) == (100, "E: No packages found")
+        madison = tool.run_stdin("apt-cache madison nvidia-utils-580-server\n").stdout.splitlines()
+        versions = [line.split("|")[1].strip() for line in madison]
+        assert versions == sorted(versions, key=lambda v: tuple(int(x) for x in up(v).split(".")), reverse=True)
