@@ -132,9 +132,23 @@ install_driver() {
     refuse_transitional "$want"
     driver_family "$want" "$driver_pkg" "$utils_pkg"
     apt_install "$headers" "${FAMILY[@]/%/=$want}"
+    mark_dependencies
     echo "driver: $driver_pkg $(installed_version "$driver_pkg") (installed)"
   fi
   hold "$driver_pkg" "$utils_pkg"
+}
+
+# mark_dependencies: the family's other packages back to "automatically installed", as apt marks dependencies (a
+# package named on apt-get's command line becomes manual): the purge then leaves them to autoremove as before.
+# A run killed just before this leaves them manual; nothing else depends on the mark.
+mark_dependencies() {
+  local pkg deps=()
+  for pkg in "${FAMILY[@]}"; do
+    [[ "$pkg" == "$driver_pkg" || "$pkg" == "$utils_pkg" ]] || deps+=("$pkg")
+  done
+  if ((${#deps[@]})); then
+    tool "apt-mark auto" apt-mark auto "${deps[@]}" >/dev/null
+  fi
 }
 
 purge_driver() {

@@ -80,6 +80,7 @@ MUTATING = (
     "apt-get install",
     "apt-get purge",
     "apt-mark hold",
+    "apt-mark auto",
     "apt-mark unhold",
     "dpkg --configure",
     "update-initramfs",

@@ -168,13 +168,20 @@ def test_a_kill_between_unpacking_and_configuring_is_repaired(guest: RealAptGues
     family_at(guest, OLD)
 
 
-def test_purge_removes_the_driver_and_its_holds(guest: RealAptGuest) -> None:
+def test_purge_removes_the_driver_and_its_holds_and_leaves_its_dependencies_to_autoremove(guest: RealAptGuest) -> None:
     driver(guest)
+    manual = set(guest.run_stdin("apt-mark showmanual\n").stdout.split())
+    # As a plain install would: only what was asked for is manual; the rest of the family are dependencies.
+    assert {p for p in manual if "nvidia" in p} == {"nvidia-headless-580-server-open", "nvidia-utils-580-server"}
     r = guest.step("driver", *driver_args(spec()), "--purge")
     assert r.returncode == 0, r.stderr
     status = guest.status()
     assert "nvidia-headless-580-server-open" not in status and "nvidia-utils-580-server" not in status
     assert guest.holds() == []
+    gone = guest.run_stdin("apt-get autoremove --purge -y -q\n")
+    assert gone.returncode == 0, gone.stderr
+    assert not [p for p in guest.status() if "nvidia" in p]
+    assert not (guest.root / f"lib/modules/{KERNELS[0]}/updates/dkms/nvidia.ko").exists()  # dkms remove
 
 
 def test_a_kernel_update_brings_its_headers_and_dkms_builds_the_module(
