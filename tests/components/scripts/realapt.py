@@ -25,9 +25,14 @@ from pathlib import Path
 
 from tests.components.scripts.fakeguest import FakeGuest
 
-_APT_OPTS = r"""R="$PGC_ROOT"
-APT_OPTS="-o Dir=$R -o Dir::State::status=$R/var/lib/dpkg/status -o Dir::Bin::dpkg=$R/_stubs/dpkg -o APT::Sandbox::User=root"
+# APT_CONFIG: a file that keeps the machine's own /etc/apt/apt.conf{,.d} out (apt reads APT_CONFIG before the
+# parts directory, apt.conf(5)); without it the host's hooks (DPkg::Post-Invoke, APT::Update::Post-Invoke) would
+# run. The stubs directory is shared by copies of a guest (FakeGuest.copy), so paths into it come from $0.
+_APT_OPTS = r"""R="$PGC_ROOT"; B="${0%/*}"; export APT_CONFIG="$B/apt-isolated.conf"
+APT_OPTS="-o Dir=$R -o Dir::State::status=$R/var/lib/dpkg/status -o Dir::Bin::dpkg=$B/dpkg -o APT::Sandbox::User=root"
 """
+_ISOLATED = 'Dir::Etc::Main "/dev/null";\nDir::Etc::Parts "{parts}";\n'
+
 # The dpkg database and apt's directories a Debian root starts with (dpkg's own postinst creates them).
 _DIRS = (
     "var/lib/dpkg/info",
@@ -84,6 +89,8 @@ class RealAptGuest(FakeGuest):
         super().__init__(root)
         for name, body in STUBS.items():
             self.stub_script(name, body)
+        (self.bin / "apt.conf.d").mkdir()  # empty: no configuration parts at all
+        (self.bin / "apt-isolated.conf").write_text(_ISOLATED.format(parts=self.bin / "apt.conf.d"))
         for fake in ("var/lib/fake-dpkg", "var/lib/fake-archive", "var/lib/fake-holds"):
             subprocess.run(["rm", "-rf", str(root / fake)], check=True)
         for d in _DIRS:

@@ -20,7 +20,7 @@ from tests.components.scripts.aptrepo import (
     flavour_metapackages,
     ubuntu_nvidia_archive,
 )
-from tests.components.scripts.fakeguest import FakeGuest
+from tests.components.scripts.fakeguest import MUTATING, FakeGuest
 from tests.components.scripts.fakeroot import SCRIPTS
 from tests.components.scripts.realapt import RealAptGuest
 from tests.components.scripts.test_guest_bootstrap_scripts import spec
@@ -248,3 +248,40 @@ def test_the_fake_apt_cache_answers_as_the_real_one(guest: RealAptGuest, tmp_pat
         madison = tool.run_stdin("apt-cache madison nvidia-utils-580-server\n").stdout.splitlines()
         versions = [line.split("|")[1].strip() for line in madison]
         assert versions == sorted(versions, key=lambda v: tuple(int(x) for x in up(v).split(".")), reverse=True)
+
+
+def test_a_kill_at_any_command_of_a_pin_change_converges(guest: RealAptGuest, tmp_path: Path) -> None:
+    # The fault injection of guest_harness.py, for the driver step's package work with the real apt and dpkg: the
+    # step killed at each command it runs (apt's own dpkg calls included), then run again as the next `pulumi up`
+    # does, must reach the uninterrupted run's packages, holds and module, and a further run changes nothing.
+    driver(guest, driverVersion=up(NEW))
+    args = driver_args(spec(driverVersion=up(OLD)))
+    ref = RealAptGuest.copy(guest, tmp_path / "ref")
+    calls = ref.step("driver", *args).calls
+    # Every command that changes something, apt's own dpkg runs among them (a kill at a read-only query is the
+    # same as one at the next change); the whole list is guest_harness.py's work with the fake apt.
+    points = [n for n, c in enumerate(calls, 1) if c.startswith(MUTATING) or c.startswith("dpkg --force-confdef")]
+    if ref.reboot_scheduled():
+        ref.reboot()
+    want = (ref.status(), sorted(ref.holds()), ref.read("sys/module/nvidia/version"))
+    failures = []
+    assert len(points) > 5, calls
+    for n in points:
+        case = RealAptGuest.copy(guest, tmp_path / f"case-{n}")
+        case.fault(n, "kill")
+        case.step("driver", *args)
+        hit = case.fault_hit()
+        case.fault(None)
+        for _ in range(2):  # the next run, and the boot it may schedule
+            if case.reboot_scheduled():
+                case.reboot()
+            again = case.step("driver", *args)
+            if again.returncode != 0:
+                failures.append(f"#{n} {hit}: {again.stderr.strip()[-300:]}")
+                break
+        else:
+            got = (case.status(), sorted(case.holds()), case.read("sys/module/nvidia/version"))
+            if got != want or "reboot: not-needed" not in again.stdout:
+                failures.append(f"#{n} {hit}: ended at {got[0].get('nvidia-headless-580-server-open')}")
+        shutil.rmtree(case.root)
+    assert not failures, f"{len(failures)} of {len(points)} kills did not converge:\n" + "\n".join(failures)
