@@ -50,8 +50,8 @@ def up(version: str) -> str:
 
 @pytest.fixture(scope="session")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    for tool in ("dpkg-deb", "apt-ftparchive", "apt-get"):
-        external(Path(shutil.which(tool) or f"/usr/bin/{tool}"), tool, "apt-get install dpkg-dev apt-utils apt")
+    for tool, package in (("dpkg-deb", "dpkg"), ("apt-ftparchive", "apt-utils"), ("apt-get", "apt")):
+        external(Path(f"/usr/bin/{tool}"), tool, f"install it with: apt-get install {package}")
     return build(ubuntu_nvidia_archive(), tmp_path_factory.mktemp("archive") / "repo")
 
 
