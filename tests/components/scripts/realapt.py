@@ -105,6 +105,13 @@ class RealAptGuest(FakeGuest):
         assert r.returncode == 0, r.stderr
         self.log.unlink()
 
+    @classmethod
+    def copy(cls, source: FakeGuest, root: Path) -> RealAptGuest:
+        """A second guest in ``source``'s state (its dpkg database and apt state are files under the root)."""
+        guest = super().copy(source, root)
+        assert isinstance(guest, RealAptGuest)
+        return guest
+
     def installed(self, package: str) -> str | None:
         """The version dpkg has configured (``ii``), or None."""
         r = self.run_stdin(f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Version}}' {package} 2>/dev/null || true\n")
