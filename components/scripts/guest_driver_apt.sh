@@ -20,9 +20,10 @@
 # shellcheck disable=SC2154 # driver_pkg, utils_pkg, branch and version are set by guest_driver.sh
 set -euo pipefail
 
-# archive_records <package=version>...: RECORDS: the archive's control records of those versions (apt-cache show);
-# empty when the archive has none of them (apt-cache: "E: No packages found", exit 100). Any other failure fails the
-# step. A variable, not output: a failure inside $(...) would not stop the step.
+# archive_records <package=version>...: RECORDS: the archive's control records of those versions (apt-cache show
+# prints nothing for a version it lacks, and "E: No packages found", exit 100, when it knows none of the packages:
+# both read as no record). Any other failure fails the step. A variable, not output: a failure inside $(...) would
+# not stop the step.
 archive_records() {
   local rc=0
   RECORDS="$(apt-cache show "$@" 2>&1)" || rc=$?
