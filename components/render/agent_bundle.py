@@ -41,7 +41,14 @@ CACHE_ENV = "PGC_AGENT_CACHE"
 _CLUSTER = ("agent/cluster.py", "agent/kubeapi.py")  # cluster.py imports kubeapi.py from its directory
 GUEST_STEPS: dict[str, tuple[str, ...]] = {
     "cloud-init": ("guest_lib.sh", "guest_cloud_init.sh"),
-    "driver": ("guest_lib.sh", "guest_rollout.sh", "guest_mig_mode.sh", "guest_driver.sh", *_CLUSTER),
+    "driver": (
+        "guest_lib.sh",
+        "guest_rollout.sh",
+        "guest_mig_mode.sh",
+        "guest_driver_apt.sh",
+        "guest_driver.sh",
+        *_CLUSTER,
+    ),
     "runtime": ("guest_lib.sh", "guest_runtime.sh"),
     "join": ("guest_lib.sh", "guest_join.sh"),
     "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", *_CLUSTER),

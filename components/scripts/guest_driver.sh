@@ -10,8 +10,9 @@
 # argument, a vfio binding, a reboot still due) first takes a rollout slot, cordons and drains it, so the new
 # driver never meets running or new GPU pods; the verify step uncordons it. Sent after guest_rollout.sh.
 # Packages: nvidia-headless-<branch>[-server][-open] (driver, DKMS module source, compute libraries; no X
-# stack) and nvidia-utils-<branch>[-server] (nvidia-smi), from Ubuntu's restricted archive, plus the headers of the
-# running kernel and the kernel-tracking headers metapackage, so DKMS builds the module for every later kernel.
+# stack) and nvidia-utils-<branch>[-server] (nvidia-smi), from Ubuntu's restricted archive, with the rest of their
+# family at the same build, plus the headers of the running kernel and the kernel-tracking headers metapackage, so
+# DKMS builds the module for every later kernel (guest_driver_apt.sh, sent before this file).
 # --purge (the destroy command, only when the spec asks): unhold and purge those packages, nothing else.
 #
 # A reboot is scheduled only when the running kernel cannot pick a change up, as observed on every run: nouveau
@@ -103,63 +104,6 @@ nouveau_gone() {
     modprobe -r nouveau >/dev/null 2>&1 || true
   fi
   ! loaded nouveau
-}
-
-# tracking_headers <dpkg-query listing of linux-image-*>: the linux-headers metapackage of every installed kernel
-# metapackage (linux-image-virtual -> linux-headers-virtual). With it, each kernel update (unattended-upgrades)
-# brings that kernel's headers, and DKMS (nvidia-dkms, a dependency of the headless package) builds the NVIDIA
-# module for it before the next boot.
-tracking_headers() {
-  local status pkg
-  while read -r status pkg; do
-    [[ "$status" == ii && "$pkg" =~ ^linux-image-([a-z][a-z0-9.-]*)$ ]] || continue
-    printf 'linux-headers-%s\n' "${BASH_REMATCH[1]}"
-  done <<<"$1"
-}
-
-# follow_kernel_updates: the running kernel's headers and the kernel-tracking headers are installed (never held:
-# they must follow the kernel). A guest that booted a kernel without headers (no module: nvidia-smi fails) is
-# repaired here: the headers make DKMS build the module, which module_current then loads, without a reboot.
-follow_kernel_updates() {
-  local pkg running images wanted missing=()
-  running="linux-headers-$(uname -r)"
-  # In this shell, not inside $(...): a failing query fails the step (read as "no kernel", it would skip them).
-  images="$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'linux-image-*')"
-  wanted="$(printf '%s\n' "$running"; tracking_headers "$images")"
-  while read -r pkg; do
-    [[ -n "$(installed_version "$pkg")" ]] || missing+=("$pkg")
-  done <<<"$wanted"
-  if ((${#missing[@]})); then
-    apt_install "${missing[@]}"
-    echo "driver: headers installed (${missing[*]}): DKMS builds the module for this and every later kernel"
-  fi
-}
-
-# install_driver: the driver packages at the pin, installed and configured (dpkg ii), and held (checked every run).
-install_driver() {
-  local have want headers
-  headers="linux-headers-$(uname -r)"
-  have="$(installed_version "$driver_pkg")"
-  if [[ -z "$version" ]]; then
-    # Branch pin only: whatever 580.x is installed stays (the packages are held; upgrades are explicit).
-    if [[ -n "$have" && -n "$(installed_version "$utils_pkg")" ]]; then
-      echo "driver: $driver_pkg $have (present)"
-    else
-      apt_install "$headers" "$driver_pkg" "$utils_pkg"
-      echo "driver: $driver_pkg $(installed_version "$driver_pkg") (installed)"
-    fi
-  elif [[ "$have" == "$version"-* && "$(installed_version "$utils_pkg")" == "$have" ]]; then
-    echo "driver: $driver_pkg $have (present)"
-  else
-    dpkg_repair
-    apt_update
-    want="$(candidate "$driver_pkg" "$version")"
-    [[ -n "$want" ]] || fail "$driver_pkg" "a $version-* package in the archive" \
-      "$(apt-cache madison "$driver_pkg" | awk '{print $3}' | paste -sd, - || true)"
-    apt_install "$headers" "$driver_pkg=$want" "$utils_pkg=$want"
-    echo "driver: $driver_pkg $(installed_version "$driver_pkg") (installed)"
-  fi
-  hold "$driver_pkg" "$utils_pkg"
 }
 
 # grub_cfg_has_args: the generated /boot/grub/grub.cfg boots every wanted argument (what the next boot gets; the
@@ -266,20 +210,6 @@ module_current() {
     modprobe nvidia >/dev/null 2>&1 || return 1
   fi
   [[ "$(module_version)" == "$(installed_upstream)" ]]
-}
-
-purge_driver() {
-  local pkgs=() pkg
-  for pkg in "$driver_pkg" "$utils_pkg"; do
-    [[ -n "$(installed_version "$pkg")" ]] && pkgs+=("$pkg")
-  done
-  if ((${#pkgs[@]} == 0)); then
-    echo "driver: nothing to purge"
-    return 0
-  fi
-  tool "apt-mark unhold" apt-mark unhold "${pkgs[@]}"
-  apt "apt-get purge" purge -y -q "${pkgs[@]}"
-  echo "driver: purged ${pkgs[*]} (the running module stays until the next boot)"
 }
 
 # all_bound <driver>: every function with a --vfio-id is bound to it now (reads sysfs only).

@@ -179,13 +179,14 @@ bound_driver() {
   fi
 }
 
-# installed_version <package>: its version when installed and configured (dpkg status ii), else nothing: a
+# installed_version <package>: its version when installed and configured (dpkg status ii, or hi when held: the
+# first letter of ${db:Status-Abbrev} is the selection, the second the state; dpkg-query(1)), else nothing: a
 # package a killed or failed run left unpacked (iU) or half-configured (iF) counts as missing.
 installed_version() {
   local out status="" version=""
   out="$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}\n' "$1" 2>/dev/null || true)"
   read -r status version <<<"$out" || true
-  if [[ "$status" == ii ]]; then
+  if [[ "$status" == [ih]i ]]; then
     printf '%s\n' "$version"
   fi
 }
@@ -217,11 +218,13 @@ dpkg_repair() {
   fi
 }
 
-# apt_install <package[=version]>...: held packages may change (the version in the argument is the new pin).
+# apt_install <package[=version]>...: held packages may change and may go down (the version in the argument is the
+# new pin: lowering a driver, toolkit or Kubernetes pin is a downgrade, which apt-get -y refuses without
+# --allow-downgrades: "E: Packages were downgraded and -y was used without --allow-downgrades", exit 100, apt 2.6).
 apt_install() {
   dpkg_repair
   apt_update
-  apt "apt-get install" install -y -q --allow-change-held-packages \
+  apt "apt-get install" install -y -q --allow-change-held-packages --allow-downgrades \
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
   echo "installed: $*"
 }

@@ -10,7 +10,10 @@ does:
   refuses every install with "E: dpkg was interrupted, you must manually run 'dpkg --configure -a'" (exit 100)
   until ``dpkg --configure -a`` configures them; ``dpkg --audit`` lists them (exit 1). ``fake-dkms-fail``: the
   DKMS build fails in postinst ("Error! Bad return status for module build", package left ``iF``). A held package
-  changes only with --allow-change-held-packages. ``fake-apt-lock`` ("<pid> <name> <seconds>"): the dpkg frontend
+  changes only with --allow-change-held-packages, and a lower version only with --allow-downgrades, as in apt 2.6
+  ("E: Packages were downgraded and -y was used without --allow-downgrades", exit 100). The fake archive's
+  packages depend on nothing (``apt-cache show`` prints no Depends): how Ubuntu's NVIDIA packages depend on each
+  other, and what apt makes of it, is tested with the real apt (test_real_apt.py). ``fake-apt-lock`` ("<pid> <name> <seconds>"): the dpkg frontend
   lock is held that long; apt-get waits only with ``-o DPkg::Lock::Timeout=N`` (N >= seconds: it gets the lock),
   else fails with apt's "E: Could not get lock ... It is held by process ..." (exit 100). ``fake-offline``:
   ``apt-get update`` prints W: lines and exits 0 as apt does, E: and exit 100 only with ``--error-on=any``; curl
@@ -77,6 +80,7 @@ MUTATING = (
     "apt-get install",
     "apt-get purge",
     "apt-mark hold",
+    "apt-mark auto",
     "apt-mark unhold",
     "dpkg --configure",
     "update-initramfs",
