@@ -52,11 +52,44 @@ setup_containerd() {
     config="$(containerd config default)"
   fi
   # kubelet uses the systemd cgroup driver (kubeadm's default since 1.22); runc must match it.
-  if ! grep -qE '^[[:space:]]*SystemdCgroup[[:space:]]*=' <<<"$config"; then
-    fail "$CONFIG" "a SystemdCgroup option of the runc runtime" "none"
-  fi
-  config="$(sed -E 's/^([[:space:]]*SystemdCgroup[[:space:]]*=[[:space:]]*)false/\1true/' <<<"$config")"
+  config="$(systemd_cgroup <<<"$config")" || fail "$CONFIG" "a runc runtime to set SystemdCgroup on" "none"
   put "$CONFIG" "$config"
+}
+
+# systemd_cgroup: the config on stdin with SystemdCgroup = true for runc (and every runtime that names it). Where
+# runc's options table lacks the line it is added: containerd 2.0.0-2.0.6 and 2.1.0-2.1.4 print their default
+# config without it (internal/cri/config/config_unix.go; restored by containerd commit 56cde7d2c). Table headers
+# are compared without quotes and blanks, any plugin's `runtimes.runc`: 2.x prints
+# plugins.'io.containerd.cri.v1.runtime' (config version 3), 1.x plugins."io.containerd.grpc.v1.cri" (version 2).
+# A runc table without an options table gets one. Fails (exit 1) when the config has no runc runtime table at all
+# (runc's settings are then containerd's built-in ones, which a file cannot amend without restating the runtime).
+systemd_cgroup() {
+  awk '
+    function runc(name) {
+      return name ~ /^plugins\..*\.runtimes\.runc$/
+    }
+    { line[NR] = $0 }
+    /^[[:space:]]*\[[^[]/ {
+      current = $0; sub(/^[[:space:]]*\[/, "", current); sub(/\][[:space:]]*(#.*)?$/, "", current)
+      gsub(/["\047[:space:]]/, "", current)
+      indent = $0; sub(/[^[:space:]].*$/, "", indent)
+      in_options = current ~ /\.options$/ && runc(substr(current, 1, length(current) - 8))
+      if (runc(current)) { runc_at = NR; runc_indent = indent }
+      if (in_options) { options_at = NR; options_indent = indent }
+    }
+    /^[[:space:]]*SystemdCgroup[[:space:]]*=/ { sub(/=[[:space:]]*false/, "= true", line[NR]); if (in_options) { have = 1 } }
+    /^[[:space:]]*options[[:space:]]*=/ { if (runc(current)) { inline = 1 } }
+    END {
+      if (!options_at && (!runc_at || inline)) { exit 1 }
+      for (i = 1; i <= NR; i++) {
+        print line[i]
+        if (i == options_at && !have) { print options_indent "  SystemdCgroup = true" }
+      }
+      if (!options_at) {
+        header = line[runc_at]; sub(/^[[:space:]]*/, "", header); sub(/\][[:space:]]*(#.*)?$/, ".options]", header)
+        print ""; print runc_indent "  " header; print runc_indent "    SystemdCgroup = true"
+      }
+    }'
 }
 
 setup_toolkit() {
