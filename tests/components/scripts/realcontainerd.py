@@ -50,15 +50,16 @@ def real_guest(root: Path, containerd: str | None) -> FakeGuest:
     need_root()
     ctk = built_tool("nvidia-ctk")
     ctd = built_tool(containerd) if containerd else None
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"  # the fake guest's PATH holds only its stubs
     guest = FakeGuest(root)
     place(ctk, guest.root, "nvidia-ctk")
     if ctd:
         place(ctd, guest.root, "containerd")
-        guest.stub_script("containerd", 'exec chroot "$PGC_ROOT" /usr/bin/containerd "$@"')
+        guest.stub_script("containerd", f'exec {chroot} "$PGC_ROOT" /usr/bin/containerd "$@"')
     guest.stub_script(
         "nvidia-ctk",
         'if [ "$1" = cdi ]; then echo "cdiVersion: 0.5.0" > "${3#--output=}"; exit 0; fi\n'
-        'exec chroot "$PGC_ROOT" /usr/bin/nvidia-ctk "$@"',
+        f'exec {chroot} "$PGC_ROOT" /usr/bin/nvidia-ctk "$@"',
     )
     return guest
 

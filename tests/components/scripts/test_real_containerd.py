@@ -1,0 +1,102 @@
+"""The runtime step against the real containerd (1.7, 2.0.5, 2.2; tools/recipes/) and the real nvidia-ctk 1.18.2,
+both chrooted into a fake guest: the config the step leaves is what the real containerd loads (``containerd config
+dump``, the effective merged config) with runc and nvidia on the systemd cgroup driver, the nvidia runtime present,
+the default runtime the spec asks for, and nothing of the CRI settings dropped by the toolkit's drop-in.
+Each runs the step in a fake guest, so all are slow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
+from proxmox_gpu_cluster.render.guest_scripts import runtime_args
+from tests.components.scripts.fakeguest import FakeGuest
+from tests.components.scripts.realcontainerd import VERSIONS, chrooted, cri, dump, real_guest, sandbox_image
+
+pytestmark = pytest.mark.slow
+
+
+def spec(**overrides: object) -> GuestBootstrapSpec:
+    data: dict[str, object] = {
+        "nodeName": "gpu-a10-1",
+        "gpus": [{"vendorDevice": "10de:2236", "product": "NVIDIA-A10"}],
+        "driverMode": "host",
+        "driverBranch": "580",
+        "kernelModules": "open",
+        "toolkit": True,
+        "apiEndpoint": "k8s-api.lab.internal:6443",
+        "kubernetesMinor": 34,
+    }
+    data.update(overrides)
+    return GuestBootstrapSpec.model_validate(data)
+
+
+def runtimes(config: dict[str, Any]) -> dict[str, Any]:
+    table: dict[str, Any] = cri(config)["containerd"]["runtimes"]
+    return table
+
+
+def default_config(guest: FakeGuest) -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads(chrooted(guest, "/usr/bin/containerd", "config", "default"))
+
+
+SPECS = {
+    "toolkit-default": {},
+    "toolkit-not-default": {"defaultRuntime": False},
+    "toolkit-cdi": {"cdi": True},
+    "operator": {"driverMode": "operator", "toolkit": False},
+}
+
+
+@pytest.mark.parametrize("overrides", SPECS.values(), ids=SPECS.keys())
+@pytest.mark.parametrize("containerd", VERSIONS)
+def test_the_real_containerd_loads_the_steps_config_with_systemd_cgroups(
+    tmp_path: Path, containerd: str, overrides: dict[str, object]
+) -> None:
+    guest = real_guest(tmp_path / "root", containerd)
+    b = spec(**overrides)
+    r = guest.step("runtime", *runtime_args(b))
+    assert r.returncode == 0, r.stderr  # containerd 2.0.0-2.0.6 print no SystemdCgroup line: still converges
+    config, defaults = dump(guest), default_config(guest)
+    found = runtimes(config)
+    assert found["runc"]["options"]["SystemdCgroup"] is True
+    assert sandbox_image(config) == sandbox_image(defaults)  # nothing of the CRI table dropped
+    ctd = cri(config)["containerd"]
+    if b.toolkit:
+        assert found["nvidia"]["options"]["SystemdCgroup"] is True
+        assert found["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+        assert ctd["default_runtime_name"] == ("nvidia" if b.default_runtime else "runc")
+        if b.cdi:
+            assert cri(config)["enable_cdi"] is True
+    else:
+        assert "nvidia" not in found and ctd["default_runtime_name"] == "runc"
+    # A second run changes and restarts nothing.
+    again = guest.step("runtime", *runtime_args(b))
+    assert again.returncode == 0, again.stderr
+    assert "runtime: containerd unchanged" in again.stdout and "changed:" not in again.stdout
+
+
+@pytest.mark.parametrize("containerd", VERSIONS)
+def test_site_settings_of_the_cri_table_survive_the_toolkits_drop_in(tmp_path: Path, containerd: str) -> None:
+    # containerd 1.7 and 2.0 replace a whole plugin table on import (mergeConfig, services/server/config and
+    # cmd/containerd/server/config config.go): the toolkit's drop-in must carry the site's CRI settings with it.
+    guest = real_guest(tmp_path / "root", containerd)
+    site = chrooted(guest, "/usr/bin/containerd", "config", "default")
+    assert "SystemdCgroup = true" not in site
+    for old, new in (("registry.k8s.io/pause:", "site.example/pause:"), ("max_conf_num = 1", "max_conf_num = 7")):
+        assert old in site, old
+        site = site.replace(old, new)
+    guest.write("etc/containerd/config.toml", site)
+    r = guest.step("runtime", *runtime_args(spec()))
+    assert r.returncode == 0, r.stderr
+    config = dump(guest)
+    assert sandbox_image(config).startswith("site.example/pause:")
+    assert cri(config)["cni"]["max_conf_num"] == 7
+    assert runtimes(config)["runc"]["options"]["SystemdCgroup"] is True
+    assert runtimes(config)["nvidia"]["options"]["SystemdCgroup"] is True
+    assert cri(config)["containerd"]["default_runtime_name"] == "nvidia"
