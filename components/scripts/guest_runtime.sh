@@ -32,6 +32,9 @@ if ((toolkit)); then
 fi
 
 CONFIG="/etc/containerd/config.toml"
+# Where nvidia-ctk 1.18 writes the nvidia runtime (runtime configure's --drop-in-config default) and what it imports.
+DROP_IN_DIR="/etc/containerd/conf.d"
+DROP_IN="$DROP_IN_DIR/99-nvidia.toml"
 TOOLKIT_PACKAGES=(nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1)
 # Where nvidia-cdi-refresh (toolkit 1.18+) writes too: one spec file, never two that define the same devices.
 CDI_SPEC="/var/run/cdi/nvidia.yaml"
@@ -92,8 +95,30 @@ systemd_cgroup() {
     }'
 }
 
+# other_cri_files: the files config.toml imports, besides the toolkit's drop-in, that hold a CRI plugin table.
+# nvidia-ctk copies config.toml's whole CRI table into its drop-in (toolkit 1.18 pkg/config/engine/containerd,
+# getBaseDropInConfigTree), which containerd loads last: containerd 1.7 then drops the other file's whole CRI table
+# (imports replace plugin tables, services/server/config/config.go mergeConfig) and 2.x lets the copied keys win,
+# so their settings would silently not apply. CRI settings belong in config.toml.
+other_cri_files() {
+  local pattern file
+  local -a patterns=("$DROP_IN_DIR/*.toml")
+  mapfile -t -O 1 patterns < <(sed -nE 's/^[[:space:]]*imports[[:space:]]*=[[:space:]]*\[(.*)\].*/\1/p' \
+    "$ROOT$CONFIG" 2>/dev/null | grep -oE "[\"'][^\"']+[\"']" | tr -d "\"'")
+  for pattern in "${patterns[@]}"; do
+    [[ "$pattern" == /* ]] || pattern="$(dirname "$CONFIG")/$pattern" # containerd: relative to config.toml's folder
+    for file in "$ROOT"$pattern; do
+      [[ -f "$file" && "${file#"$ROOT"}" != "$DROP_IN" ]] || continue
+      grep -qE "^[[:space:]]*\[[[:space:]]*plugins[[:space:]]*\.[[:space:]]*[\"']?(io\.containerd\.grpc\.v1\.cri|io\.containerd\.cri\.v1\.runtime|cri)[\"']?[[:space:]]*[].]" \
+        "$file" && echo "${file#"$ROOT"}"
+    done
+  done | sort -u
+}
+
 setup_toolkit() {
-  local pkg current=1 args
+  local pkg current=1 args others
+  others="$(other_cri_files | paste -sd' ')"
+  [[ -z "$others" ]] || fail "$others" "the CRI settings in $CONFIG (the toolkit's drop-in replaces other files' CRI table)" "a CRI plugin table"
   # shellcheck disable=SC2016 # $(ARCH) is apt's own variable in sources.list, not a shell expansion
   apt_repo nvidia-container-toolkit https://nvidia.github.io/libnvidia-container/gpgkey \
     'https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /'

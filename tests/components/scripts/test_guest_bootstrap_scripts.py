@@ -10,7 +10,7 @@ import pytest
 
 from proxmox_gpu_cluster.core.guest_spec import ExpectedGpu, GuestBootstrapSpec
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, join_args, runtime_args, verify_args
-from tests.components.scripts.fakeguest import A10_LSPCI, A10_SMI, FakeGuest, mutating
+from tests.components.scripts.fakeguest import A10_LSPCI, A10_SMI, DEFAULT_CONTAINERD, FakeGuest, mutating
 
 TOKEN = "abcdef.0123456789abcdef"
 HASH = "sha256:" + "0a" * 32
@@ -145,6 +145,18 @@ def test_runc_options_without_the_systemd_cgroup_line_get_one(guest: FakeGuest) 
     assert r.returncode == 0, r.stderr
     assert "SystemdCgroup = true" in guest.read("etc/containerd/config.toml")
     assert "SystemdCgroup = true" in guest.read("etc/containerd/conf.d/99-nvidia.toml")  # copied to nvidia
+
+
+def test_a_site_drop_in_with_a_cri_table_is_refused_before_the_toolkits_drop_in_hides_it(guest: FakeGuest) -> None:
+    # The toolkit's drop-in carries config.toml's whole CRI table and loads last (test_real_containerd.py shows
+    # containerd 1.7 then dropping the site file's sandbox image).
+    guest.write("etc/containerd/config.toml", DEFAULT_CONTAINERD + '\nimports = ["site.d/*.toml"]\n')
+    guest.write("etc/containerd/site.d/50-site.toml", '[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "x"\n')
+    r = guest.step("runtime", *runtime_args(spec()))
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[0].startswith("runtime: /etc/containerd/site.d/50-site.toml: expected the CRI")
+    # Without the host toolkit nothing hides it: the step goes on.
+    assert guest.step("runtime", *runtime_args(spec(driverMode="operator", toolkit=False))).returncode == 0
 
 
 def test_the_new_repository_is_fetched_before_its_packages_are_installed(guest: FakeGuest) -> None:

@@ -83,8 +83,8 @@ def test_the_real_containerd_loads_the_steps_config_with_systemd_cgroups(
 
 @pytest.mark.parametrize("containerd", VERSIONS)
 def test_site_settings_of_the_cri_table_survive_the_toolkits_drop_in(tmp_path: Path, containerd: str) -> None:
-    # containerd 1.7 and 2.0 replace a whole plugin table on import (mergeConfig, services/server/config and
-    # cmd/containerd/server/config config.go): the toolkit's drop-in must carry the site's CRI settings with it.
+    # containerd 1.7 replaces a whole plugin table on import (services/server/config/config.go mergeConfig; 2.0.5
+    # and later merge them key by key): the toolkit's drop-in must carry the site's CRI settings with it.
     guest = real_guest(tmp_path / "root", containerd)
     site = chrooted(guest, "/usr/bin/containerd", "config", "default")
     assert "SystemdCgroup = true" not in site
@@ -100,3 +100,32 @@ def test_site_settings_of_the_cri_table_survive_the_toolkits_drop_in(tmp_path: P
     assert runtimes(config)["runc"]["options"]["SystemdCgroup"] is True
     assert runtimes(config)["nvidia"]["options"]["SystemdCgroup"] is True
     assert cri(config)["containerd"]["default_runtime_name"] == "nvidia"
+
+
+SITE_DROP_IN = """version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "site.example/pause:3.10"
+"""
+
+
+def test_a_site_drop_in_with_cri_settings_would_be_lost_so_the_step_refuses_it(tmp_path: Path) -> None:
+    # Why: with containerd 1.7 the toolkit's drop-in (the whole CRI table of config.toml, loaded last) replaces the
+    # site file's CRI table, so its sandbox image silently does not apply.
+    guest = real_guest(tmp_path / "root", "containerd-1.7")
+    main = chrooted(guest, "/usr/bin/containerd", "config", "default").replace(
+        "SystemdCgroup = false", "SystemdCgroup = true"
+    )
+    guest.write("etc/containerd/config.toml", 'imports = ["/etc/containerd/conf.d/*.toml"]\n' + main)
+    guest.write("etc/containerd/conf.d/50-site.toml", SITE_DROP_IN)
+    assert sandbox_image(dump(guest)) == "site.example/pause:3.10"
+    chrooted(guest, "/usr/bin/nvidia-ctk", "runtime", "configure", "--runtime=containerd")
+    assert sandbox_image(dump(guest)) != "site.example/pause:3.10"
+    # The step refuses such a file, naming it, before the toolkit writes its drop-in.
+    guest.root.joinpath("etc/containerd/conf.d/99-nvidia.toml").unlink()
+    r = guest.step("runtime", *runtime_args(spec()))
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[0] == (
+        "runtime: /etc/containerd/conf.d/50-site.toml: expected the CRI settings in /etc/containerd/config.toml "
+        "(the toolkit's drop-in replaces other files' CRI table), saw a CRI plugin table"
+    )
+    assert not [c for c in r.calls if c.startswith("nvidia-ctk")]
