@@ -118,7 +118,9 @@ other_cri_files() {
 setup_toolkit() {
   local pkg current=1 args others
   others="$(other_cri_files | paste -sd' ')"
-  [[ -z "$others" ]] || fail "$others" "the CRI settings in $CONFIG (the toolkit's drop-in replaces other files' CRI table)" "a CRI plugin table"
+  [[ -z "$others" ]] ||
+    fail "$others" "the CRI settings in $CONFIG (the toolkit's drop-in replaces other files' CRI table)" \
+      "a CRI plugin table"
   # shellcheck disable=SC2016 # $(ARCH) is apt's own variable in sources.list, not a shell expansion
   apt_repo nvidia-container-toolkit https://nvidia.github.io/libnvidia-container/gpgkey \
     'https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /'
@@ -132,9 +134,10 @@ setup_toolkit() {
   fi
   hold "${TOOLKIT_PACKAGES[@]}"
   # Adds the nvidia runtime (copying runc's options, SystemdCgroup included, hence after setup_containerd).
-  # Toolkit 1.18 writes it to a drop-in (/etc/containerd/conf.d/99-nvidia.toml) imported by the main config,
-  # leaving the rest of config.toml as it is (older toolkits rewrote config.toml, keeping its settings);
-  # re-running it rewrites the same content.
+  # Toolkit 1.18 (config source "file": config.toml alone) writes the drop-in $DROP_IN holding config.toml's
+  # WHOLE CRI table plus the nvidia runtime (containerd 1.7 imports replace whole plugin tables), and rewrites
+  # config.toml with the drop-in's folder in `imports` (re-serialised: comments go). Re-running it rewrites the same
+  # content; tests/components/scripts/test_real_containerd.py runs the real 1.18.2 against the real containerd.
   args=(runtime configure --runtime=containerd)
   ((default_runtime)) && args+=(--set-as-default)
   # With CDI the operator's device plugin hands out CDI device names, which containerd resolves only with its CRI
