@@ -7,7 +7,8 @@ below is checked against the real binaries (built by tools/recipes/) in ``test_c
 - ``containerd config dump`` and ``crictl info`` show the EFFECTIVE config: the main file (or the defaults) with its
   ``imports`` applied in order, where an imported file's plugin table REPLACES the whole table of that plugin
   (containerd 1.7 ``services/server/config/config.go`` mergeConfig: "Maps merged by keys, but values are replaced
-  entirely"): a drop-in holding only the nvidia runtime drops runc's ``SystemdCgroup``.
+  entirely"), the replaced table then decoded over the plugin's defaults (its ``runtimes`` map replaced as a
+  whole): a drop-in holding only the nvidia runtime drops runc and the site's sandbox image.
 - ``nvidia-ctk runtime configure --runtime=containerd`` (toolkit 1.18 ``pkg/config/engine/containerd``): reads
   ``/etc/containerd/config.toml`` (config source ``file``), copies its WHOLE CRI plugin table into the drop-in
   ``/etc/containerd/conf.d/99-nvidia.toml`` (getBaseDropInConfigTree), adds the nvidia runtime as a copy of the
@@ -58,15 +59,26 @@ def dump(d, path=(), depth=0):
             p = path + (key(k),)
             out += ["", "  " * depth + "[" + ".".join(p) + "]"] + dump(d[k], p, depth + 1)
     return out
+def over(table, default):
+    # A plugin's config struct keeps its defaults where the table is silent; a map (runtimes) is replaced.
+    out = copy.deepcopy(table)
+    for k, v in default.items():
+        if k not in out:
+            out[k] = copy.deepcopy(v)
+        elif isinstance(v, dict) and isinstance(out[k], dict) and k != "runtimes":
+            out[k] = over(out[k], v)
+    return out
 def load(etc):
     # The effective config of the files in etc (laid out as /etc/containerd), as containerd loads them.
     main = os.path.join(etc, "config.toml")
+    defaults = tomllib.loads(DEFAULT)["plugins"]
     cfg = tomllib.load(open(main, "rb")) if os.path.exists(main) else tomllib.loads(DEFAULT)
     for pattern in cfg.get("imports", []):
         for path in sorted(glob.glob(os.path.join(etc, pattern.removeprefix("/etc/containerd/")))):
             for k, v in tomllib.load(open(path, "rb")).items():
-                if k == "plugins":
-                    cfg.setdefault("plugins", {}).update(v)  # whole plugin tables replaced
+                if k == "plugins":  # whole plugin tables replaced, then decoded over the plugin's defaults
+                    for name, table in v.items():
+                        cfg.setdefault("plugins", {})[name] = over(table, defaults.get(name, {}))
                 elif k != "imports":
                     cfg[k] = v
     return cfg

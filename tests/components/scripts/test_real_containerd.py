@@ -112,10 +112,12 @@ def test_a_site_drop_in_with_cri_settings_would_be_lost_so_the_step_refuses_it(t
     # Why: with containerd 1.7 the toolkit's drop-in (the whole CRI table of config.toml, loaded last) replaces the
     # site file's CRI table, so its sandbox image silently does not apply.
     guest = real_guest(tmp_path / "root", "containerd-1.7")
-    main = chrooted(guest, "/usr/bin/containerd", "config", "default").replace(
-        "SystemdCgroup = false", "SystemdCgroup = true"
+    main = chrooted(guest, "/usr/bin/containerd", "config", "default")
+    assert "imports = []" in main
+    main = main.replace("SystemdCgroup = false", "SystemdCgroup = true")
+    guest.write(
+        "etc/containerd/config.toml", main.replace("imports = []", 'imports = ["/etc/containerd/conf.d/*.toml"]')
     )
-    guest.write("etc/containerd/config.toml", 'imports = ["/etc/containerd/conf.d/*.toml"]\n' + main)
     guest.write("etc/containerd/conf.d/50-site.toml", SITE_DROP_IN)
     assert sandbox_image(dump(guest)) == "site.example/pause:3.10"
     chrooted(guest, "/usr/bin/nvidia-ctk", "runtime", "configure", "--runtime=containerd")
