@@ -50,16 +50,17 @@ def real_guest(root: Path, containerd: str | None) -> FakeGuest:
     need_root()
     ctk = built_tool("nvidia-ctk")
     ctd = built_tool(containerd) if containerd else None
-    chroot = shutil.which("chroot") or "/usr/sbin/chroot"  # the fake guest's PATH holds only its stubs
+    # The fake guest's PATH holds only its stubs; no exec: a kill-after fault's trap needs the stub's shell.
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
     guest = FakeGuest(root)
     place(ctk, guest.root, "nvidia-ctk")
     if ctd:
         place(ctd, guest.root, "containerd")
-        guest.stub_script("containerd", f'exec {chroot} "$PGC_ROOT" /usr/bin/containerd "$@"')
+        guest.stub_script("containerd", f'{chroot} "$PGC_ROOT" /usr/bin/containerd "$@"')
     guest.stub_script(
         "nvidia-ctk",
         'if [ "$1" = cdi ]; then echo "cdiVersion: 0.5.0" > "${3#--output=}"; exit 0; fi\n'
-        f'exec {chroot} "$PGC_ROOT" /usr/bin/nvidia-ctk "$@"',
+        f'{chroot} "$PGC_ROOT" /usr/bin/nvidia-ctk "$@"',
     )
     return guest
 

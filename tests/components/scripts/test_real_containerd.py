@@ -34,6 +34,14 @@ def spec(**overrides: object) -> GuestBootstrapSpec:
     return GuestBootstrapSpec.model_validate(data)
 
 
+def leaves(table: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """Every scalar of a parsed TOML document by its dotted key path (a readable difference)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        out |= leaves(value, f"{path}.{key}") if isinstance(value, dict) else {f"{path}.{key}": value}
+    return out
+
+
 def runtimes(config: dict[str, Any]) -> dict[str, Any]:
     table: dict[str, Any] = cri(config)["containerd"]["runtimes"]
     return table
@@ -131,3 +139,30 @@ def test_a_site_drop_in_with_cri_settings_would_be_lost_so_the_step_refuses_it(t
         "(the toolkit's drop-in replaces other files' CRI table), saw a CRI plugin table"
     )
     assert not [c for c in r.calls if c.startswith("nvidia-ctk")]
+
+
+@pytest.mark.parametrize("mode", ["kill", "kill-after"])
+def test_the_step_converges_with_the_real_tools_from_a_kill_at_every_command(tmp_path: Path, mode: str) -> None:
+    # The fault-injection harness (guest_harness.py) runs the fakes; here the runtime step alone, with the real
+    # containerd 1.7 and nvidia-ctk, killed at each command, then run again: the same files and effective config.
+    b = spec(cdi=True)
+    want = real_guest(tmp_path / "want", "containerd-1.7")
+    calls = want.step("runtime", *runtime_args(b)).calls
+    files = ("etc/containerd/config.toml", "etc/containerd/conf.d/99-nvidia.toml")
+    expected = ([want.read(f) for f in files], dump(want))
+    for i in range(1, len(calls) + 1):
+        guest = real_guest(tmp_path / f"{mode}-{i}", "containerd-1.7")
+        guest.fault(i, mode)
+        assert guest.step("runtime", *runtime_args(b)).returncode != 0 or mode == "kill-after"
+        guest.fault(None)
+        again = guest.step("runtime", *runtime_args(b))
+        assert again.returncode == 0, f"killed at {calls[i - 1]!r}: {again.stderr}"
+        got = ([guest.read(f) for f in files], dump(guest))
+        assert got[0] == expected[0], f"killed at {calls[i - 1]!r}"
+        # config dump lists the files it loaded (`imports`) in map order (1.7.28 services/server/config/config.go
+        # LoadConfig: `for path := range loaded`), which Go does not fix.
+        for config in (got[1], expected[1]):
+            config["imports"] = sorted(config["imports"])
+        assert leaves(got[1]) == leaves(expected[1]), f"killed at {calls[i - 1]!r}"
+        third = guest.step("runtime", *runtime_args(b))
+        assert "runtime: containerd unchanged" in third.stdout, f"killed at {calls[i - 1]!r}"
