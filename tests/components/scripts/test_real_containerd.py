@@ -6,6 +6,7 @@ Each runs the step in a fake guest, so all are slow."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,6 @@ def runtimes(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def default_config(guest: FakeGuest) -> dict[str, Any]:
-    import tomllib
-
     return tomllib.loads(chrooted(guest, "/usr/bin/containerd", "config", "default"))
 
 
