@@ -32,6 +32,9 @@ if ((toolkit)); then
 fi
 
 CONFIG="/etc/containerd/config.toml"
+# Where nvidia-ctk 1.18 writes the nvidia runtime (runtime configure's --drop-in-config default) and what it imports.
+DROP_IN_DIR="/etc/containerd/conf.d"
+DROP_IN="$DROP_IN_DIR/99-nvidia.toml"
 TOOLKIT_PACKAGES=(nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1)
 # Where nvidia-cdi-refresh (toolkit 1.18+) writes too: one spec file, never two that define the same devices.
 CDI_SPEC="/var/run/cdi/nvidia.yaml"
@@ -52,15 +55,72 @@ setup_containerd() {
     config="$(containerd config default)"
   fi
   # kubelet uses the systemd cgroup driver (kubeadm's default since 1.22); runc must match it.
-  if ! grep -qE '^[[:space:]]*SystemdCgroup[[:space:]]*=' <<<"$config"; then
-    fail "$CONFIG" "a SystemdCgroup option of the runc runtime" "none"
-  fi
-  config="$(sed -E 's/^([[:space:]]*SystemdCgroup[[:space:]]*=[[:space:]]*)false/\1true/' <<<"$config")"
+  config="$(systemd_cgroup <<<"$config")" || fail "$CONFIG" "a runc runtime to set SystemdCgroup on" "none"
   put "$CONFIG" "$config"
 }
 
+# systemd_cgroup: the config on stdin with SystemdCgroup = true for runc (and every runtime that names it). Where
+# runc's options table lacks the line it is added: containerd 2.0.0-2.0.6 and 2.1.0-2.1.4 print their default
+# config without it (internal/cri/config/config_unix.go; restored by containerd commit 56cde7d2c). Table headers
+# are compared without quotes and blanks, any plugin's `runtimes.runc`: 2.x prints
+# plugins.'io.containerd.cri.v1.runtime' (config version 3), 1.x plugins."io.containerd.grpc.v1.cri" (version 2).
+# A runc table without an options table gets one. Fails (exit 1) when the config has no runc runtime table at all
+# (runc's settings are then containerd's built-in ones, which a file cannot amend without restating the runtime).
+systemd_cgroup() {
+  awk '
+    function runc(name) {
+      return name ~ /^plugins\..*\.runtimes\.runc$/
+    }
+    { line[NR] = $0 }
+    /^[[:space:]]*\[[^[]/ {
+      current = $0; sub(/^[[:space:]]*\[/, "", current); sub(/\][[:space:]]*(#.*)?$/, "", current)
+      gsub(/["\047[:space:]]/, "", current)
+      indent = $0; sub(/[^[:space:]].*$/, "", indent)
+      in_options = current ~ /\.options$/ && runc(substr(current, 1, length(current) - 8))
+      if (runc(current)) { runc_at = NR; runc_indent = indent }
+      if (in_options) { options_at = NR; options_indent = indent }
+    }
+    /^[[:space:]]*SystemdCgroup[[:space:]]*=/ { sub(/=[[:space:]]*false/, "= true", line[NR]); if (in_options) { have = 1 } }
+    /^[[:space:]]*options[[:space:]]*=/ { if (runc(current)) { inline = 1 } }
+    END {
+      if (!options_at && (!runc_at || inline)) { exit 1 }
+      for (i = 1; i <= NR; i++) {
+        print line[i]
+        if (i == options_at && !have) { print options_indent "  SystemdCgroup = true" }
+      }
+      if (!options_at) {
+        header = line[runc_at]; sub(/^[[:space:]]*/, "", header); sub(/\][[:space:]]*(#.*)?$/, ".options]", header)
+        print ""; print runc_indent "  " header; print runc_indent "    SystemdCgroup = true"
+      }
+    }'
+}
+
+# other_cri_files: the files config.toml imports, besides the toolkit's drop-in, that hold a CRI plugin table.
+# nvidia-ctk copies config.toml's whole CRI table into its drop-in (toolkit 1.18 pkg/config/engine/containerd,
+# getBaseDropInConfigTree), which containerd loads last: containerd 1.7 then drops the other file's whole CRI table
+# (imports replace plugin tables, services/server/config/config.go mergeConfig) and 2.x lets the copied keys win,
+# so their settings would silently not apply. CRI settings belong in config.toml.
+other_cri_files() {
+  local pattern file
+  local -a patterns=("$DROP_IN_DIR/*.toml")
+  mapfile -t -O 1 patterns < <(sed -nE 's/^[[:space:]]*imports[[:space:]]*=[[:space:]]*\[(.*)\].*/\1/p' \
+    "$ROOT$CONFIG" 2>/dev/null | grep -oE "[\"'][^\"']+[\"']" | tr -d "\"'")
+  for pattern in "${patterns[@]}"; do
+    [[ "$pattern" == /* ]] || pattern="$(dirname "$CONFIG")/$pattern" # containerd: relative to config.toml's folder
+    for file in "$ROOT"$pattern; do
+      [[ -f "$file" && "${file#"$ROOT"}" != "$DROP_IN" ]] || continue
+      grep -qE "^[[:space:]]*\[[[:space:]]*plugins[[:space:]]*\.[[:space:]]*[\"']?(io\.containerd\.grpc\.v1\.cri|io\.containerd\.cri\.v1\.runtime|cri)[\"']?[[:space:]]*[].]" \
+        "$file" && echo "${file#"$ROOT"}"
+    done
+  done | sort -u
+}
+
 setup_toolkit() {
-  local pkg current=1 args
+  local pkg current=1 args others
+  others="$(other_cri_files | paste -sd' ')"
+  [[ -z "$others" ]] ||
+    fail "$others" "the CRI settings in $CONFIG (the toolkit's drop-in replaces other files' CRI table)" \
+      "a CRI plugin table"
   # shellcheck disable=SC2016 # $(ARCH) is apt's own variable in sources.list, not a shell expansion
   apt_repo nvidia-container-toolkit https://nvidia.github.io/libnvidia-container/gpgkey \
     'https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /'
@@ -74,9 +134,10 @@ setup_toolkit() {
   fi
   hold "${TOOLKIT_PACKAGES[@]}"
   # Adds the nvidia runtime (copying runc's options, SystemdCgroup included, hence after setup_containerd).
-  # Toolkit 1.18 writes it to a drop-in (/etc/containerd/conf.d/99-nvidia.toml) imported by the main config,
-  # leaving the rest of config.toml as it is (older toolkits rewrote config.toml, keeping its settings);
-  # re-running it rewrites the same content.
+  # Toolkit 1.18 (config source "file": config.toml alone) writes the drop-in $DROP_IN holding config.toml's
+  # WHOLE CRI table plus the nvidia runtime (containerd 1.7 imports replace whole plugin tables), and rewrites
+  # config.toml with the drop-in's folder in `imports` (re-serialised: comments go). Re-running it rewrites the same
+  # content; tests/components/scripts/test_real_containerd.py runs the real 1.18.2 against the real containerd.
   args=(runtime configure --runtime=containerd)
   ((default_runtime)) && args+=(--set-as-default)
   # With CDI the operator's device plugin hands out CDI device names, which containerd resolves only with its CRI

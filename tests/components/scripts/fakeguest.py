@@ -36,9 +36,10 @@ does:
   fails, "already loaded", as a transient unit does; ``systemctl is-active`` on the timer sees it) and
   ``reboot_scheduled()`` tells a harness to call ``reboot()`` after the step, killed or not.
 - containerd: its package's postinst starts it, ``systemctl restart containerd`` restarts it, each time with the
-  configuration files as they are then (copied to ``fake-running/containerd``). ``containerd config dump`` reads the
-  FILES; ``crictl info`` (from cri-tools, a kubeadm dependency) shows the RUNNING CRI config (runtimes, default
-  runtime, runc options) and fails when containerd does not run.
+  configuration files as they are then (copied to ``fake-running/containerd``). ``containerd config dump`` merges
+  the FILES; ``crictl info`` (from cri-tools, a kubeadm dependency) shows the RUNNING CRI config (runtimes, default
+  runtime, runc options) and fails when containerd does not run. Both apply imports as containerd 1.7 does and
+  nvidia-ctk writes what 1.18.2 writes (``fakeguest_containerd.py``; contract: ``test_containerd_contract.py``).
 - kubeadm: ``join`` runs the preflight checks of its files ("[ERROR FileAvailable--etc-kubernetes-pki-ca.crt]:
   /etc/kubernetes/pki/ca.crt already exists", exit 1), writes pki/ca.crt and bootstrap-kubelet.conf, then after the
   TLS bootstrap kubelet.conf; with ``fake-kubeadm-tls-timeout`` it times out in the TLS bootstrap leaving the first

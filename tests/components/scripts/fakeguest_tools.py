@@ -3,23 +3,12 @@ they keep is a file under ``$PGC_ROOT``; ``FakeGuest``'s docstring says what eac
 
 from __future__ import annotations
 
-import sys
+from tests.components.scripts.fakeguest_containerd import CONTAINERD, CRICTL, DEFAULT_CONTAINERD, NVIDIA_CTK
 
 from tests.components.scripts.fakeguest_apt import APT_CACHE, APT_GET, APT_MARK, DPKG, DPKG_QUERY
 
 KERNEL = "6.8.0-49-generic"
-DEFAULT_CONTAINERD = """version = 2
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "registry.k8s.io/pause:3.8"
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      default_runtime_name = "runc"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-          runtime_type = "io.containerd.runc.v2"
-          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-            SystemdCgroup = false"""
-
+__all__ = ["DEFAULT_CONTAINERD", "KERNEL", "STUBS"]
 # Shared sh helpers: the package database (version per package; a status file for those not configured yet),
 # DKMS's build, and containerd (re)starting with the configuration files as they are now.
 _COMMON = r"""R="$PGC_ROOT"; D="$R/var/lib/fake-dpkg"; S="$R/var/lib/fake-dpkg-status"
@@ -168,40 +157,6 @@ for f in "$R"/etc/sysctl.d/*.conf; do
   done < "$f"
 done"""
 
-_CRICTL = (
-    r"""[ -f "$D/cri-tools" ] || { echo "crictl: command not found" >&2; exit 127; }
-if [ ! -d "$R/fake-running/containerd" ]; then
-  echo 'FATA[0000] validate service connection: validate CRI v1 runtime API for endpoint "unix:///run/containerd/containerd.sock": rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial unix /run/containerd/containerd.sock: connect: no such file or directory"' >&2
-  exit 1
-fi
-"""
-    + sys.executable
-    + r""" - "$R/fake-running/containerd" <<'EOF'
-import glob, json, os, sys, tomllib
-d = sys.argv[1]
-DEFAULT = '''"""
-    + DEFAULT_CONTAINERD
-    + r"""'''
-def merge(a, b):
-    for k, v in b.items():
-        if isinstance(v, dict) and isinstance(a.get(k), dict):
-            merge(a[k], v)
-        else:
-            a[k] = v
-main = os.path.join(d, "config.toml")
-cfg = tomllib.load(open(main, "rb")) if os.path.exists(main) else tomllib.loads(DEFAULT)
-for pattern in cfg.get("imports", []):
-    for path in sorted(glob.glob(os.path.join(d, "conf.d", os.path.basename(pattern)))):
-        merge(cfg, tomllib.load(open(path, "rb")))
-cri = cfg.get("plugins", {}).get("io.containerd.grpc.v1.cri", {}).get("containerd", {})
-runtimes = {n: {"runtimeType": r.get("runtime_type", ""), "options": r.get("options", {})}
-            for n, r in cri.get("runtimes", {}).items()}
-config = {"containerd": {"defaultRuntimeName": cri.get("default_runtime_name", "runc"), "runtimes": runtimes},
-          "enableCDI": bool(cfg.get("plugins", {}).get("io.containerd.grpc.v1.cri", {}).get("enable_cdi", False))}
-print(json.dumps({"status": {"conditions": []}, "config": config}, indent=2))
-EOF"""
-)
-
 _KUBEADM = r"""K="$R/etc/kubernetes"
 if [ "$1" = reset ]; then
   rm -rf "$K/kubelet.conf" "$K/bootstrap-kubelet.conf" "$K/pki" "$K/manifests"
@@ -242,30 +197,6 @@ if [ -n "$lib" ] && [ "$lib" != "$(cat "$R/sys/module/nvidia/version")" ]; then
 fi
 if [ "$1" = -L ]; then cat "$R/fake-gpus"; else cat "$R/sys/module/nvidia/version"; fi"""
 
-_CONTAINERD = (
-    r"""if [ "$2" = default ]; then cat <<'EOF'
-"""
-    + DEFAULT_CONTAINERD
-    + r"""
-EOF
-else cat "$R/etc/containerd/config.toml" "$R"/etc/containerd/conf.d/*.toml 2>/dev/null; fi"""
-)
-
-_NVIDIA_CTK = r"""if [ "$1" = cdi ]; then out="${3#--output=}"; echo "cdiVersion: 0.5.0" > "$out"; exit 0; fi
-c="$R/etc/containerd/config.toml"
-grep -q '^imports' "$c" || { printf 'imports = ["/etc/containerd/conf.d/*.toml"]\n' | cat - "$c" > "$c.n"; mv "$c.n" "$c"; }
-mkdir -p "$R/etc/containerd/conf.d"
-default=0 cdi=0
-for a in "$@"; do case "$a" in --set-as-default) default=1 ;; --cdi.enabled) cdi=1 ;; esac; done
-{ [ "$cdi" = 1 ] && echo '[plugins."io.containerd.grpc.v1.cri"]' && echo '  enable_cdi = true'
-  echo '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
-  echo '  runtime_type = "io.containerd.runc.v2"'
-  [ "$default" = 1 ] && echo '[plugins."io.containerd.grpc.v1.cri".containerd]' && \
-    echo '  default_runtime_name = "nvidia"'
-  true
-} > "$R/etc/containerd/conf.d/99-nvidia.toml"
-"""
-
 STUBS = {
     "apt-get": APT_GET,
     "dpkg": DPKG,
@@ -283,9 +214,9 @@ STUBS = {
     "systemctl": _SYSTEMCTL,
     "sysctl": _SYSCTL,
     "swapoff": 'head -n 1 "$R/proc/swaps" > "$R/proc/swaps.n"; mv "$R/proc/swaps.n" "$R/proc/swaps"',
-    "crictl": _CRICTL,
-    "containerd": _CONTAINERD,
-    "nvidia-ctk": _NVIDIA_CTK,
+    "crictl": CRICTL,
+    "containerd": CONTAINERD,
+    "nvidia-ctk": NVIDIA_CTK,
     "nvidia-smi": _NVIDIA_SMI,
     "lspci": 'cat "$R/fake-lspci"',
     "kubeadm": _KUBEADM,

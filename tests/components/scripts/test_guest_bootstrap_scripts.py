@@ -10,7 +10,7 @@ import pytest
 
 from proxmox_gpu_cluster.core.guest_spec import ExpectedGpu, GuestBootstrapSpec
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, join_args, runtime_args, verify_args
-from tests.components.scripts.fakeguest import A10_LSPCI, A10_SMI, FakeGuest, mutating
+from tests.components.scripts.fakeguest import A10_LSPCI, A10_SMI, DEFAULT_CONTAINERD, FakeGuest, mutating
 
 TOKEN = "abcdef.0123456789abcdef"
 HASH = "sha256:" + "0a" * 32
@@ -100,15 +100,18 @@ def test_containerd_config_keeps_its_content_and_gets_systemd_cgroups(guest: Fak
     guest.write("var/lib/fake-dpkg/containerd", "1.7.28-0ubuntu1~24.04.1")
     guest.write(
         "etc/containerd/config.toml",
-        "# site tuning\noom_score = -999\n[plugins.x.runtimes.runc.options]\n  SystemdCgroup = false\n",
+        'version = 2\noom_score = -999\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "site/pause:3.10"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n  SystemdCgroup = false\n',
     )
     r = guest.step("runtime", *runtime_args(spec()))
     assert r.returncode == 0, r.stderr
     config = guest.read("etc/containerd/config.toml")
-    assert "oom_score = -999" in config and "# site tuning" in config
+    assert "oom_score = -999" in config
     assert "SystemdCgroup = true" in config and "SystemdCgroup = false" not in config
     assert not [c for c in r.calls if c.endswith(" containerd") and c.startswith("apt-get install")]
-    assert 'default_runtime_name = "nvidia"' in guest.read("etc/containerd/conf.d/99-nvidia.toml")
+    drop_in = guest.read("etc/containerd/conf.d/99-nvidia.toml")
+    # containerd 1.7 replaces whole plugin tables on import: the drop-in carries the site's CRI settings too.
+    assert 'default_runtime_name = "nvidia"' in drop_in and 'sandbox_image = "site/pause:3.10"' in drop_in
 
 
 def test_docker_containerd_stub_config_is_replaced_by_the_defaults(guest: FakeGuest) -> None:
@@ -121,14 +124,39 @@ def test_docker_containerd_stub_config_is_replaced_by_the_defaults(guest: FakeGu
     assert not [c for c in r.calls if c.startswith("apt-get install")]
 
 
-def test_a_config_without_the_runc_option_is_refused(guest: FakeGuest) -> None:
+def test_a_config_without_a_runc_runtime_is_refused(guest: FakeGuest) -> None:
     guest.write("var/lib/fake-dpkg/containerd", "1.7.28-0ubuntu1~24.04.1")
     guest.write("etc/containerd/config.toml", "version = 2\n")
     r = guest.step("runtime", *runtime_args(spec()))
     assert r.returncode == 1
     assert r.stderr.strip() == (
-        "runtime: /etc/containerd/config.toml: expected a SystemdCgroup option of the runc runtime, saw none"
+        "runtime: /etc/containerd/config.toml: expected a runc runtime to set SystemdCgroup on, saw none"
     )
+
+
+def test_runc_options_without_the_systemd_cgroup_line_get_one(guest: FakeGuest) -> None:
+    # containerd 2.0.0-2.0.6 print runc's options without SystemdCgroup (internal/cri/config/config_unix.go).
+    guest.write("var/lib/fake-dpkg/containerd", "2.0.5-1")
+    guest.write(
+        "etc/containerd/config.toml",
+        "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  BinaryName = ''\n",
+    )
+    r = guest.step("runtime", *runtime_args(spec()))
+    assert r.returncode == 0, r.stderr
+    assert "SystemdCgroup = true" in guest.read("etc/containerd/config.toml")
+    assert "SystemdCgroup = true" in guest.read("etc/containerd/conf.d/99-nvidia.toml")  # copied to nvidia
+
+
+def test_a_site_drop_in_with_a_cri_table_is_refused_before_the_toolkits_drop_in_hides_it(guest: FakeGuest) -> None:
+    # The toolkit's drop-in carries config.toml's whole CRI table and loads last (test_real_containerd.py shows
+    # containerd 1.7 then dropping the site file's sandbox image).
+    guest.write("etc/containerd/config.toml", DEFAULT_CONTAINERD + '\nimports = ["site.d/*.toml"]\n')
+    guest.write("etc/containerd/site.d/50-site.toml", '[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "x"\n')
+    r = guest.step("runtime", *runtime_args(spec()))
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[0].startswith("runtime: /etc/containerd/site.d/50-site.toml: expected the CRI")
+    # Without the host toolkit nothing hides it: the step goes on.
+    assert guest.step("runtime", *runtime_args(spec(driverMode="operator", toolkit=False))).returncode == 0
 
 
 def test_the_new_repository_is_fetched_before_its_packages_are_installed(guest: FakeGuest) -> None:
