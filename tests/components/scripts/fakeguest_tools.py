@@ -3,9 +3,8 @@ they keep is a file under ``$PGC_ROOT``; ``FakeGuest``'s docstring says what eac
 
 from __future__ import annotations
 
-from tests.components.scripts.fakeguest_containerd import CONTAINERD, CRICTL, DEFAULT_CONTAINERD, NVIDIA_CTK
-
 from tests.components.scripts.fakeguest_apt import APT_CACHE, APT_GET, APT_MARK, DPKG, DPKG_QUERY
+from tests.components.scripts.fakeguest_containerd import CONTAINERD, CRICTL, DEFAULT_CONTAINERD, NVIDIA_CTK
 
 KERNEL = "6.8.0-49-generic"
 __all__ = ["DEFAULT_CONTAINERD", "KERNEL", "STUBS"]
