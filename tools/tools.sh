@@ -42,11 +42,15 @@ for name in "${names[@]}"; do
   echo "tools: building $name" >&2
   WORK="$(mktemp -d)"
   # Each recipe in a subshell: its variables and functions stay its own; a failure fails the whole build.
-  ( set -euo pipefail; OUT="$CACHE/bin"; export OUT WORK; cd "$WORK"
+  log="$CACHE/logs/$name.log"
+  mkdir -p "$CACHE/logs"
+  # The build's chatter (every module go downloads) goes to a log, shown only when the build fails.
+  ( exec >"$log" 2>&1
+    set -euo pipefail; OUT="$CACHE/bin"; export OUT WORK; cd "$WORK"
     # shellcheck source=/dev/null
     source "$recipe"; build
     for f in $provides; do [ -x "$OUT/$f" ] || { echo "tools: $name did not produce bin/$f" >&2; exit 1; }; done
-  ) || { rm -rf "$WORK"; echo "tools: $name failed" >&2; exit 1; }
+  ) || { rm -rf "$WORK"; tail -n 40 "$log" >&2; echo "tools: $name failed (whole log: $log)" >&2; exit 1; }
   rm -rf "$WORK"
   rm -f "$CACHE/stamps/$name@"*
   echo "$name built in $((SECONDS - start)) s" > "$stamp"
