@@ -27,6 +27,15 @@ of requests fail before doing anything (an etcd timeout, InternalError). Every c
 and release is logged with its time, and ``peak`` is the most nodes that were ever cordoned and annotated by a
 rollout (proxmox-gpu-cluster.io/rollout) at once, checked after every request.
 
+Why a fake still: the fault-injection harnesses and rollout simulations kill or fail the steps at every kubectl call
+and inject etcd timeouts, hundreds of runs each, which a real server cannot serve at that pace or on demand. Every
+request the agent sends is also run, as a node, against a real kube-apiserver (Node authorizer, RBAC,
+NodeRestriction; tests/agent/test_fakekube_contract.py), which holds this fake to its exit codes, status reasons and
+Forbidden wording: an authorizer's refusal names the user, verb and scope, then the Node authorizer's reason
+(plugin/pkg/auth/authorizer/node/node_authorizer.go, v1.34.4), an admission plugin's is its reason alone
+(plugin/pkg/admission/noderestriction/admission.go); ``kubectl cordon`` reports a refused patch and exits 0
+(k8s.io/kubectl v0.34.4 pkg/cmd/drain/drain.go); ``auth can-i`` asks the authorizers only, never admission.
+
 ``install_qm`` gives a FakeRoot (the Proxmox node) a ``qm`` whose ``guest exec`` runs the command inside a FakeGuest
 and answers with the JSON ``qm guest exec`` prints.
 """
