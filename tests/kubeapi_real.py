@@ -57,6 +57,11 @@ class RealCluster:
     admin: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
+    def command(self) -> list[str]:
+        """kubectl as an argv prefix, its discovery cache in this server's folder (KUBECACHEDIR, k8s.io/cli-runtime
+        genericclioptions/config_flags.go), never in $HOME/.kube or, with no HOME, the working directory."""
+        return ["env", f"KUBECACHEDIR={self.root / 'kubectl-cache'}", str(self.kubectl)]
+
     def unique(self, prefix: str) -> str:
         """A name no other test of this server uses (node names, namespaces)."""
         return f"{prefix}-{os.getpid()}-{next(_counter)}"
@@ -94,7 +99,7 @@ class RealCluster:
 
     def run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         """kubectl as the admin."""
-        argv = [str(self.kubectl), "--kubeconfig", str(self.admin), "--request-timeout=30s", *args]
+        argv = [*self.command(), "--kubeconfig", str(self.admin), "--request-timeout=30s", *args]
         proc = subprocess.run(argv, input=stdin or "", capture_output=True, text=True, check=False)
         if check and proc.returncode:
             raise AssertionError(f"kubectl {' '.join(args)}: exit {proc.returncode}: {proc.stderr}")

@@ -121,7 +121,7 @@ def real_world(rc: RealCluster, tmp_path: Path) -> list[tuple[int, str, str]]:
     rc.pod(names["ns"], "guarded", names["a"], labels={"app": "guarded"})
     rc.pdb(names["ns"], "guarded", "guarded", allowed=0)
     config = rc.node_kubeconfig(names["a"], tmp_path / "kubelet-real.conf")
-    return run_all(cluster.Kube("t", str(config), rc.server, command=[str(rc.kubectl)]), names)
+    return run_all(cluster.Kube("t", str(config), rc.server, command=rc.command()), names)
 
 
 def test_the_fake_answers_as_the_real_api_server(real_cluster: RealCluster, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ class World:
     def kube(self, node: str, step: str = "rollout") -> Any:
         """cluster.Kube as ``node`` (its kubelet credential), through the real kubectl."""
         config = self.rc.node_kubeconfig(self.nodes[node], self.tmp / f"kubelet-{node}.conf")
-        return cluster.Kube(step, str(config), self.rc.server, command=[str(self.rc.kubectl)])
+        return cluster.Kube(step, str(config), self.rc.server, command=self.rc.command())
 
     def rollout(self, node: str, **settings: Any) -> Any:
         settings.setdefault("sleep", lambda seconds: None)
@@ -258,6 +258,7 @@ def test_the_capacity_gate_reads_its_own_node_as_the_node(
     bin_dir.mkdir()
     (bin_dir / "kubectl").symlink_to(real_cluster.kubectl)  # capacity.py runs `kubectl` from PATH, as on the node
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("KUBECACHEDIR", str(tmp_path / "kubectl-cache"))
     line = capacity.gate(str(config), node, ["nvidia.com/gpu=2"], timeout=0, interval=1)
     assert line == f"capacity: ok: {node} advertises nvidia.com/gpu=2"
     with pytest.raises(capacity.Failure) as failure:

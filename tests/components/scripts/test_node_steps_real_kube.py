@@ -37,7 +37,7 @@ def _tools() -> None:
 def guest_of(rc: RealCluster, root: Path, node: str, joined: bool = True) -> FakeGuest:
     """A fake guest whose kubectl is the real one, joined as ``node`` (kubelet.conf: its client certificate)."""
     guest = FakeGuest(root)
-    guest.stub_script("kubectl", f'"{rc.kubectl}" "$@"')
+    guest.stub_script("kubectl", f'KUBECACHEDIR="{root}/kubectl-cache" "{rc.kubectl}" "$@"')  # the guest has no HOME
     guest.stub_script("sleep", ":")  # the drain's and the wait's polls take no time
     if joined:
         join(rc, guest, node)
