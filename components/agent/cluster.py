@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 if __package__:  # imported as part of the package (type checks)
-    from .kubeapi import Failure, Kube, cordoned, drain, metadata, pause, retire, say
+    from .kubeapi import Failure, Kube, cordon, cordoned, drain, metadata, pause, retire, say
 else:  # run from its bundle directory, where kubeapi.py sits beside it (sys.path[0])
-    from kubeapi import Failure, Kube, cordoned, drain, metadata, pause, retire, say  # type: ignore[no-redef,import-not-found]
+    from kubeapi import Failure, Kube, cordon, cordoned, drain, metadata, pause, retire, say  # type: ignore[no-redef,import-not-found]
 
 UTC = datetime.timezone.utc  # noqa: UP017 (datetime.UTC is 3.11+)
 
@@ -165,7 +165,7 @@ class Rollout:
             waited += self.poll
             slot = self.take()
         say(f"rollout: {self.node} took slot {slot} ({why})")
-        self.kube("cordon", self.node)
+        cordon(self.kube, self.node)
         say(f"rollout: cordoned {self.node}")
         advice = "nothing on the machine was changed yet: move or relax what blocks it, then run pulumi up again"
         drain(self.kube, self.node, self.drain_timeout, emptydir=self.emptydir, force=self.force, advice=advice,
@@ -199,7 +199,7 @@ class Rollout:
     def end(self) -> None:
         """After a passed change: uncordon a node cordoned by a rollout and give back every slot it holds."""
         if metadata(self.node_object()).get(ANNOTATION):
-            self.kube("uncordon", self.node)
+            cordon(self.kube, self.node, on=False)
             self.kube("annotate", "node", self.node, f"{ANNOTATION}-")
             say(f"rollout: uncordoned {self.node}")
         for slot in self.slots().values():

@@ -71,12 +71,26 @@ class Kube:
         text = output.strip()
         last = text.splitlines()[-1] if text else f"exit code {code}"
         saw = "Unauthorized (the API server refused the credentials)" if "Unauthorized" in text else last
-        if "(Forbidden)" in text:
-            saw = f"Forbidden ({last.rsplit(': ', 1)[-1]}; is the cluster's node-steps RBAC applied?)"
+        # The API server's reason follows "is forbidden: ": an authorizer's "User ... cannot VERB resource ...",
+        # then the Node authorizer's own words (which alone, such as "No Object name found", say little), or an
+        # admission plugin's (NodeRestriction) alone. kubectl cordon prints it without "(Forbidden)".
+        forbidden = re.search(r" is forbidden: (.*)", last)
+        if "(Forbidden)" in text or forbidden:
+            reason = forbidden.group(1) if forbidden else last.rsplit(": ", 1)[-1]
+            saw = f"Forbidden ({reason}; is the cluster's node-steps RBAC applied?)"
         saw = f"no answer ({last})" if _NO_ANSWER.search(text) else saw
         what = "kubectl " + " ".join(a for a in args[:3] if not a.startswith("-"))
         where = f" at https://{self.server}" if self.server else ""
         return Failure(self.step, what, f"an answer from the API server{where}", saw, text)
+
+
+def cordon(kube: Kube, node: str, on: bool = True) -> None:
+    """kubectl cordon (``on``) or uncordon, failing when the Node's patch failed: kubectl then prints "error: unable
+    to cordon node ..." and still exits 0 (k8s.io/kubectl v0.34.4 pkg/cmd/drain/drain.go, RunCordonOrUncordon)."""
+    verb = "cordon" if on else "uncordon"
+    code, out, err = kube.call(verb, node)
+    if code or "error: unable to" in err:
+        raise kube.failure([verb, node], code or 1, err or out)
 
 
 def metadata(obj: dict[str, Any] | None, kind: str = "annotations") -> dict[str, str]:
@@ -150,7 +164,7 @@ def retire(kube: Kube, node: str, timeout: int, *, emptydir: bool, force: bool, 
     removes the credential that deletes it (a node may delete only itself: NodeRestriction)."""
     present = kube.json("get", "node", node, "--ignore-not-found") is not None
     if present:
-        kube("cordon", node)
+        cordon(kube, node)
         say(f"retire: cordoned {node}")
         advice = (f"{node} stays cordoned: relax the budget or move the pods (or set kubernetes.drain.force for pods "
                   "without a controller), then run pulumi up again")  # fmt: skip

@@ -27,6 +27,15 @@ of requests fail before doing anything (an etcd timeout, InternalError). Every c
 and release is logged with its time, and ``peak`` is the most nodes that were ever cordoned and annotated by a
 rollout (proxmox-gpu-cluster.io/rollout) at once, checked after every request.
 
+Why a fake still: the fault-injection harnesses and rollout simulations kill or fail the steps at every kubectl call
+and inject etcd timeouts, hundreds of runs each, which a real server cannot serve at that pace or on demand. Every
+request the agent sends is also run, as a node, against a real kube-apiserver (Node authorizer, RBAC,
+NodeRestriction; tests/agent/test_fakekube_contract.py), which holds this fake to its exit codes, status reasons and
+Forbidden wording: an authorizer's refusal names the user, verb and scope, then the Node authorizer's reason
+(plugin/pkg/auth/authorizer/node/node_authorizer.go, v1.34.4), an admission plugin's is its reason alone
+(plugin/pkg/admission/noderestriction/admission.go); ``kubectl cordon`` reports a refused patch and exits 0
+(k8s.io/kubectl v0.34.4 pkg/cmd/drain/drain.go); ``auth can-i`` asks the authorizers only, never admission.
+
 ``install_qm`` gives a FakeRoot (the Proxmox node) a ``qm`` whose ``guest exec`` runs the command inside a FakeGuest
 and answers with the JSON ``qm guest exec`` prints.
 """
@@ -94,39 +103,46 @@ def rbac(state, verb, resource, ns):
     rules = state.get("rbac", {}).get("cluster", []) + (state.get("rbac", {}).get("namespaced", {}).get(ns, []) if ns else [])
     return any(verb in r["verbs"] and resource in r["resources"] and "" in r["apiGroups"] for r in rules)
 
-def forbid(resource, name, verb, ns=None, why=None):
+def forbid(resource, name, verb, ns=None, why=None, admission=False):
+    # kube-apiserver's words: an authorizer's refusal names the user, verb and scope, then the Node authorizer's
+    # reason when it gave one; an admission plugin's (NodeRestriction) is its reason alone. A request without a
+    # name (a list, a create) says "<resource> is forbidden".
     scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
-    reason = why or f'User "{USER}" cannot {verb} resource "{resource}" in API group "" {scope}'
-    raise Refused(f'Error from server (Forbidden): {resource} "{name}" is forbidden: {reason}')
+    reason = f'User "{USER}" cannot {verb} resource "{resource}" in API group "" {scope}' + (f": {why}" if why else "")
+    what = f'{resource} "{name}"' if name else resource
+    raise Refused(f"Error from server (Forbidden): {what} is forbidden: {why if admission else reason}")
 
-def authorize(state, verb, resource, name="", ns=None, node_of_pod=None, selector=None):
-    # The Node authorizer, then RBAC, then the NodeRestriction admission plugin, for a node's credential.
+def authorize(state, verb, resource, name="", ns=None, node_of_pod=None, selector=None, admission=True):
+    # The Node authorizer, then RBAC, then (``admission``) the NodeRestriction admission plugin, for a node's
+    # credential. A SelfSubjectAccessReview (kubectl auth can-i) asks the authorizers only, never admission.
     if who == "admin":
         return
     if resource == "nodes":
         if verb in ("patch", "update"):
-            if name != who:
-                forbid("nodes", name, verb, why=f'node "{who}" is not allowed to modify node "{name}"')
+            if name != who and admission:
+                forbid("nodes", name, verb, why=f'node "{who}" is not allowed to modify node "{name}"', admission=True)
         elif verb == "get":
             if name != who and not rbac(state, "get", "nodes", None):
                 forbid("nodes", name, verb, why=f"node '{who}' cannot read '{name}', only its own Node object")
         elif verb == "delete":
             if not rbac(state, "delete", "nodes", None):
                 forbid("nodes", name, verb)
-            if name != who:
-                forbid("nodes", name, verb, why=f'node "{who}" is not allowed to modify node "{name}"')
+            if name != who and admission:
+                forbid("nodes", name, verb, why=f'node "{who}" is not allowed to modify node "{name}"', admission=True)
     elif resource == "pods" and verb == "list":
         if selector != who:
             forbid("pods", "", verb, why="can only list/watch pods with spec.nodeName field selector")
     elif resource == "pods/eviction":
         if node_of_pod is not None and node_of_pod != who:
-            forbid("pods", name, "create", ns, why=f"node {who} can only evict pods with spec.nodeName set to itself")
+            forbid("pods", name, "create", ns, why=f"node {who} can only evict pods with spec.nodeName set to itself",
+                   admission=True)
     elif resource == "leases":
         if ns != "kube-node-lease":
             forbid("leases", name, verb, ns, why='can only access leases in the "kube-node-lease" system namespace')
     elif resource == "configmaps":
-        if not rbac(state, verb, "configmaps", ns):
-            forbid("configmaps", name, verb, ns)
+        if not rbac(state, verb, "configmaps", ns):  # the Node authorizer lets a node read only its pods' ones
+            reads = verb in ("get", "list", "watch")
+            forbid("configmaps", name, verb, ns, "No Object name found" if reads else "can only read resources of this type")
     else:
         forbid(resource, name, verb, ns)
 
@@ -140,14 +156,14 @@ with open(state_path, "r+") as f:
     if state.get("flaky") and random.Random(state["requests"] * 7919 + state["flaky"][1]).random() < state["flaky"][0]:
         f.seek(0); f.truncate(); json.dump(state, f)
         sys.exit(print("Error from server (InternalError): etcdserver: request timed out", file=sys.stderr) or 1)
-    out, code = [], 0
+    out, code, stream = [], 0, None
     verb = args[0]
     slots = state.setdefault("configmaps", {})
     annotations = state.setdefault("annotations", {})
     labels = state.setdefault("labels", {})
     versions = state.setdefault("node_versions", {})
-    def bump(node=None):
-        state["version"] = state.get("version", 0) + 1
+    def bump(node=None):  # one counter for every object, as etcd's revision; nodes start at "1"
+        state["version"] = max(state.get("version", 0), 1) + 1
         if node:
             versions[node] = str(state["version"])
         return str(state["version"])
@@ -183,7 +199,7 @@ with open(state_path, "r+") as f:
             obj = json.loads(sys.stdin.read())
             assert obj["kind"] == "ConfigMap", obj
             name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
-            authorize(state, "create" if verb == "create" else "update", "configmaps", name, ns)
+            authorize(state, "create" if verb == "create" else "update", "configmaps", "" if verb == "create" else name, ns)
             key, current = f"{ns}/{name}", slots.get(f"{ns}/{name}")
             if verb == "create" and current is not None:
                 out.append(f'Error from server (AlreadyExists): error when creating "STDIN": configmaps "{name}" already exists')
@@ -263,7 +279,7 @@ with open(state_path, "r+") as f:
         elif verb == "auth" and args[1] == "can-i":  # a SelfSubjectAccessReview: any authenticated user may ask
             resource, _, name = args[3].partition("/")
             try:
-                authorize(state, args[2], {"node": "nodes"}.get(resource, resource), name, namespace)
+                authorize(state, args[2], {"node": "nodes"}.get(resource, resource), name, namespace, admission=False)
                 out.append("yes")
             except Refused:
                 out, code = ["no"], 1
@@ -275,12 +291,15 @@ with open(state_path, "r+") as f:
             sys.exit(print("fake kubectl: unsupported " + " ".join(args), file=sys.stderr) or 2)
     except Refused as refused:
         out, code = [str(refused)], 1
+        if verb in ("cordon", "uncordon"):  # kubectl reports a refused patch and exits 0 (kubectl pkg/cmd/drain)
+            out, code = [f'error: unable to {verb} node "{args[1]}": ' + str(refused).split("): ", 1)[1]], 0
+            stream = sys.stderr
     out_now = [n for n in state["nodes"] if n in state["cordoned"] and annotations.get(n, {}).get(ANNOTATION)]
     state["peak"] = max(state.get("peak", 0), len(out_now))
     f.seek(0)
     f.truncate()
     json.dump(state, f)
-print("\n".join(out), file=sys.stderr if code and verb != "auth" else sys.stdout)  # can-i says "no" on stdout
+print("\n".join(out), file=stream or (sys.stderr if code and verb != "auth" else sys.stdout))  # can-i: "no" on stdout
 sys.exit(code)
 """
 
@@ -362,7 +381,7 @@ class FakeCluster:
             state = json.load(f)
             edit(state)
             if node:
-                state["version"] = state.get("version", 0) + 1
+                state["version"] = max(state.get("version", 0), 1) + 1
                 state.setdefault("node_versions", {})[node] = str(state["version"])
             f.seek(0)
             f.truncate()

@@ -118,7 +118,7 @@ def test_a_nodes_credential_cannot_list_or_evict_another_nodes_pods(tmp_path: Pa
     as_node = kube(api, tmp_path, "drain", node=NODE)
     with pytest.raises(kubeapi.Failure) as listing:
         kubeapi.drain(as_node, OTHER, 10, emptydir=True, force=False, advice="-", sleep=lambda _: None)
-    assert "Forbidden (can only list/watch pods with spec.nodeName field selector" in str(listing.value)
+    assert "at the cluster scope: can only list/watch pods with spec.nodeName field selector; is" in str(listing.value)
     with pytest.raises(kubeapi.Failure) as eviction:
         kubeapi.evict(as_node, "ml/other-node-pod")
     assert f"Forbidden (node {NODE} can only evict pods with spec.nodeName set to itself" in str(eviction.value)
