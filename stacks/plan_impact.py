@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.render.agent_bundle import LAUNCHER
 from proxmox_gpu_cluster.stacks.plan_diff import Change
 from proxmox_gpu_cluster.stacks.plan_values import is_secret
 
@@ -194,7 +195,9 @@ def _flags(command: Any) -> dict[str, str]:
         elif word.startswith("--"):
             key = scope + word
             out.setdefault(key, [])
-        elif key != "(args)" or not (word in ("bash", "sudo", "-n") or (not out and word.endswith("/step.sh"))):
+        elif key != "(args)" or not (
+            word in ("bash", "sudo", "-n", "-c", LAUNCHER) or (not out and word.endswith("/step.sh"))
+        ):
             out.setdefault(key, []).append(word)
     return {k: " ".join(v) for k, v in out.items()}
 

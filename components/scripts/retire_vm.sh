@@ -66,8 +66,9 @@ gone() {
 # on stderr and prints its JSON on stdout, both with exit 0). Tried again while the failure may pass; returns 0,
 # or 3 when qm says the guest is gone (qm's reason in QM_ERR); fails the step once the tries are used up.
 qm_call() {
-  local limit="$1" try rc
+  local limit="$1" try rc what="qm $2"
   shift
+  [[ "$1" != guest ]] || what+=" $2"
   for ((try = 1; ; try++)); do
     rc=0
     QM_OUT="$(timeout "$limit" qm "$@" 2>"$ERR_FILE")" || rc=$?
@@ -79,9 +80,9 @@ qm_call() {
       [[ "$QM_ERR" == *"QEMU guest agent is not running"* ]] && ((try < ATTEMPTS)) || return 3
       ;;
     esac
-    ((try < ATTEMPTS)) || fail "qm $1 $2 on VM $vmid" "an answer (tried $ATTEMPTS times)" \
+    ((try < ATTEMPTS)) || fail "$what on VM $vmid" "an answer (tried $ATTEMPTS times)" \
       "$( ((rc == 124)) && echo "no answer within ${limit}s" || echo "exit $rc: $(one_line "$QM_ERR")")"
-    echo "retire: qm $1 $2 on VM $vmid failed (exit $rc: $(one_line "$QM_ERR")); trying again in 10 s"
+    echo "retire: $what on VM $vmid failed (exit $rc: $(one_line "$QM_ERR")); trying again in 10 s"
     sleep 10
   done
 }

@@ -285,7 +285,9 @@ print("\n".join(out), file=sys.stderr if code and verb != "auth" else sys.stdout
 sys.exit(code)
 """
 
-_QM = FAKE_QM + r"""
+_QM = (
+    FAKE_QM
+    + r"""
 host_root, guest_root, guest_path = sys.argv[1], sys.argv[2], sys.argv[3]
 args = sys.argv[4:]
 status = open(os.path.join(host_root, "fake-vm-status")).read().strip()
@@ -307,6 +309,7 @@ if args[:2] == ["guest", "exec"]:
     guest_exec(host_root, args, command, {"PATH": guest_path, "PGC_ROOT": guest_root, "LC_ALL": "C"}, stdin)
 sys.exit(print("fake qm: unsupported " + " ".join(args), file=sys.stderr) or 2)
 """
+)
 
 
 @dataclass
