@@ -63,6 +63,8 @@ HOST_STEPS: dict[str, tuple[str, ...]] = {
 }
 """The steps that run on a Proxmox node."""
 KINDS = {"guest": GUEST_STEPS, "host": HOST_STEPS}
+GUEST_EXEC_STEPS = ("retire", "mig-restart")
+"""Host steps that run a guest's installed step (``qm guest exec``): their step.sh has ``PGC_LAUNCHER``."""
 SECRET_NAMES = ("PGC_JOIN_TOKEN", "PGC_CA_CERT_HASH")
 """The only names a step accepts on stdin (agent_prologue.sh)."""
 
@@ -80,6 +82,8 @@ def bundle_files(step: str) -> tuple[tuple[str, bytes], ...]:
         raise ValueError(f"unknown agent step {step!r}; steps: {known}")
     scripts = [name for name in KINDS[kind][step] if not name.startswith("agent/")]
     text = "\n".join(strip_comments(_text("scripts", name)) for name in ["agent_prologue.sh", *scripts])
+    if step in GUEST_EXEC_STEPS:  # they start a guest's step through the QEMU guest agent: as step_command does
+        text = text.replace("\n", f"\n# shellcheck disable=SC2034\nPGC_LAUNCHER={shlex.quote(LAUNCHER)}\n", 1)
     files: dict[str, bytes] = {"step.sh": whole(text).encode()}
     for module in (name for name in KINDS[kind][step] if name.startswith("agent/")):
         files[module.removeprefix("agent/")] = _text("agent", module.removeprefix("agent/")).encode()

@@ -66,7 +66,8 @@ guest_says() {
     # stdout only is qm's JSON: on a timeout qm warns on stderr and still exits 0 (qemu-server src/PVE/CLI/qm.pm,
     # method exec: "timeout reached, returning pid", then {"pid": N}); its stderr goes into the failure line.
     qm_err="$(mktemp)"
-    result="$(qm guest exec "$vmid" --timeout "$run_for" -- bash "$guest_step" "${guest_args[@]}" 2>"$qm_err")" ||
+    result="$(qm guest exec "$vmid" --timeout "$run_for" -- \
+      bash -c "$PGC_LAUNCHER" "$guest_step" "${guest_args[@]}" 2>"$qm_err")" ||
       fail "qm guest exec" "the guest's MIG step started in VM $vmid" "$(tr '\n' ' ' <"$qm_err")"
     warning="$(tr '\n' ' ' <"$qm_err")"
     rm -f "$qm_err"

@@ -4,7 +4,8 @@
 #
 # Usage: retire_vm.sh --vmid N --node-name NAME --timeout SECONDS --guest-step PATH [--check 0|1] -- GUEST-ARGS...
 # The work runs in the guest: the node agent's drain step installed there (PATH, absolute, in the guest), started by
-# the QEMU guest agent. It acts as the node itself (kubelet's credential in the guest): no credential passes here.
+# the QEMU guest agent through the agent's launcher (PGC_LAUNCHER, render/agent_bundle.py: the store's bundle, never
+# a copy being rewritten). It acts as the node itself (kubelet's credential in the guest): no credential passes here.
 # --check 1 (the create step) only proves the agent answers and the drain step is installed, so a later retire will
 # reach it.
 #
@@ -132,7 +133,8 @@ main() {
   fi
   # The agent's own limit comes after the drain's, so the guest reports a drain timeout itself. The drain is
   # idempotent and takes the guest's step lock, so a try after a failed qm call is safe.
-  qm_call $((run_for + 60)) guest exec "$vmid" --timeout "$run_for" -- bash "$guest_step" "${guest_args[@]}" ||
+  qm_call $((run_for + 60)) guest exec "$vmid" --timeout "$run_for" -- \
+    bash -c "$PGC_LAUNCHER" "$guest_step" "${guest_args[@]}" ||
     gone "VM $vmid's guest agent stopped answering during the drain ($(one_line "$QM_ERR"))"
   json_object
   out="$(json_field out-data)"
