@@ -258,8 +258,11 @@ def _retirement(before: Mapping[str, Any], step: Mapping[str, Any]) -> dict[str,
     vms = [r for r in _find(before, VM) if vmid.isdigit() and r["inputs"].get("vmId") == int(vmid)]
     host = vms[0]["inputs"].get("nodeName", "") if vms else ""
     removal = _removal(before, worker)
+    # retire_vm.sh skips the drain only when qm says the guest is gone; any other qm failure fails the step.
     steps = ["cordoned", f"drained (evictions, PodDisruptionBudgets respected, at most "
-             f"{flags.get('--timeout') or removal.get('drainTimeoutSeconds', '?')} s)", "Node deleted"]  # fmt: skip
+             f"{flags.get('--timeout') or removal.get('drainTimeoutSeconds', '?')} s; skipped with a warning only if "
+             "qm finds the VM stopped or its guest agent gone, any other qm failure stops the removal)",
+             "Node deleted"]  # fmt: skip
     if flags.get("guest --kubeadm-reset") == "1":
         steps.append("kubeadm reset")
     return {

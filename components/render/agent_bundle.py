@@ -83,7 +83,7 @@ def bundle_files(step: str) -> tuple[tuple[str, bytes], ...]:
     scripts = [name for name in KINDS[kind][step] if not name.startswith("agent/")]
     text = "\n".join(strip_comments(_text("scripts", name)) for name in ["agent_prologue.sh", *scripts])
     if step in GUEST_EXEC_STEPS:  # they start a guest's step through the QEMU guest agent: as step_command does
-        text = text.replace("\n", f"\n# shellcheck disable=SC2034\nPGC_LAUNCHER={shlex.quote(LAUNCHER)}\n", 1)
+        text = text.replace("\n", f"\n# shellcheck disable=SC2016,SC2034\nPGC_LAUNCHER={shlex.quote(LAUNCHER)}\n", 1)
     files: dict[str, bytes] = {"step.sh": whole(text).encode()}
     for module in (name for name in KINDS[kind][step] if name.startswith("agent/")):
         files[module.removeprefix("agent/")] = _text("agent", module.removeprefix("agent/")).encode()
