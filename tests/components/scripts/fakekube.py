@@ -296,12 +296,11 @@ if status == "missing" and args[:1] in (["status"], ["guest"]):
     sys.exit(print(f"Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist", file=sys.stderr) or 2)
 if args[:1] == ["status"]:
     sys.exit(print(f"status: {status}") or 0)
+if args[:1] == ["guest"]:
+    agent_gone(host_root, args[2], status)
 if args[:3] == ["guest", "cmd", args[2]] and args[3] == "ping":
-    agent_gone(host_root, args[2], status)
     sys.exit(0)
-if args[:2] == ["guest", "exec"]:
-    agent_gone(host_root, args[2], status)
-    # Inside the guest: an absolute path names the guest's file, under its fake root.
+if args[:2] == ["guest", "exec"]:  # inside the guest: an absolute path names the guest's file, in its root
     command = [os.path.join(guest_root, a.lstrip("/")) if a.startswith("/") and os.path.exists(
         os.path.join(guest_root, a.lstrip("/"))) or a.startswith(("/home/", "/root/")) else a
         for a in args[args.index("--") + 1:]]
