@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
+from proxmox_gpu_cluster.render.agent_bundle import LAUNCHER
 from proxmox_gpu_cluster.stacks.plan_classes import ALL, rolled_machines
 from proxmox_gpu_cluster.stacks.plan_diff import Change
 from proxmox_gpu_cluster.stacks.plan_values import is_secret
@@ -197,7 +198,9 @@ def _flags(command: Any) -> dict[str, str]:
         elif word.startswith("--"):
             key = scope + word
             out.setdefault(key, [])
-        elif key != "(args)" or not (word in ("bash", "sudo", "-n") or (not out and word.endswith("/step.sh"))):
+        elif key != "(args)" or not (
+            word in ("bash", "sudo", "-n", "-c", LAUNCHER) or (not out and word.endswith("/step.sh"))
+        ):
             out.setdefault(key, []).append(word)
     return {k: " ".join(v) for k, v in out.items()}
 
@@ -258,8 +261,11 @@ def _retirement(before: Mapping[str, Any], step: Mapping[str, Any]) -> dict[str,
     vms = [r for r in _find(before, VM) if vmid.isdigit() and r["inputs"].get("vmId") == int(vmid)]
     host = vms[0]["inputs"].get("nodeName", "") if vms else ""
     removal = _removal(before, worker)
+    # retire_vm.sh skips the drain only when qm says the guest is gone; any other qm failure fails the step.
     steps = ["cordoned", f"drained (evictions, PodDisruptionBudgets respected, at most "
-             f"{flags.get('--timeout') or removal.get('drainTimeoutSeconds', '?')} s)", "Node deleted"]  # fmt: skip
+             f"{flags.get('--timeout') or removal.get('drainTimeoutSeconds', '?')} s; skipped with a warning only if "
+             "qm finds the VM stopped or its guest agent gone, any other qm failure stops the removal)",
+             "Node deleted"]  # fmt: skip
     if flags.get("guest --kubeadm-reset") == "1":
         steps.append("kubeadm reset")
     return {

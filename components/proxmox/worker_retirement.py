@@ -57,9 +57,10 @@ class WorkerRetirement(pulumi.ComponentResource):
     Order comes from the dependency graph: pass the node's bootstrap and label patch in ``opts.depends_on`` (this is
     deleted before them, so nothing is taken from a node that still runs pods, and the guest's agent copy is in place
     whenever the command changes), and the VM in ``replace_with`` (a replaced VM, which is deleted first, takes this
-    with it, so the drain runs before the old VM goes). A VM that is already down, or whose agent no longer answers,
-    does not block the destroy: the step warns that the node was not drained and names the ``kubectl delete node``
-    to run.
+    with it, so the drain runs before the old VM goes). Only a guest that ``qm`` reports gone (the VM stopped or
+    not on the node, no guest agent configured, the agent not running on any of 5 tries) does not block the
+    destroy: the step warns that the node was not drained and names the ``kubectl delete node`` to run; any other
+    ``qm`` failure is tried again and then fails the step.
 
     The guest acts as the node itself (kubelet's credential there, with the cluster's ``NodeStepAccess``: put it
     in ``opts.depends_on`` too), so no credential passes through this step; ``opts.protect`` should follow the VM's

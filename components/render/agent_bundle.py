@@ -6,9 +6,12 @@ agent's Python modules where the step uses them. The fingerprint is the first 12
 bundle's ``sha256sum`` listing (C locale order), so the prologue on the machine can check it, and it changes
 exactly when what the step runs changes. All bundles of one kind of machine form one directory ``agent/``, copied
 to ``~/.proxmox-gpu-cluster/agent`` by one ``CopyToRemote`` per machine (``node_agent.py``); a step's command is
-``bash .proxmox-gpu-cluster/agent/<step>-<fp>/step.sh <args>`` (relative to the login directory, kept by sudo),
-its stdin only its secrets. So a change of one script re-runs only the steps whose bundle it is part of, and the
-state holds a command line per step instead of every script's text.
+``bash -c LAUNCHER .proxmox-gpu-cluster/agent/<step>-<fp>/step.sh <args>`` (relative to the login directory, kept
+by sudo), its stdin only its secrets. CopyToRemote writes files in place, so the copy is never what a step runs
+from: the prologue installs each bundle into ``~/.proxmox-gpu-cluster/bundles/<step>-<fp>/`` (a checked copy
+renamed into place, never written again) and runs it from there (agent_prologue.sh). So a change of one script
+re-runs only the steps whose bundle it is part of, and the state holds a command line per step instead of every
+script's text.
 
 Why a directory of bundles rather than one file: pulumi-command's CopyToRemote (v1.2.1, copyController.go
 ``Update``) copies again only when the source's hash or ``remotePath`` changes, and the engine compares assets by
@@ -67,6 +70,8 @@ HOST_STEPS: dict[str, tuple[str, ...]] = {
 }
 """The steps that run on a Proxmox node."""
 KINDS = {"guest": GUEST_STEPS, "host": HOST_STEPS}
+GUEST_EXEC_STEPS = ("retire", "mig-restart")
+"""Host steps that run a guest's installed step (``qm guest exec``): their step.sh has ``PGC_LAUNCHER``."""
 SECRET_NAMES = ("PGC_JOIN_TOKEN", "PGC_CA_CERT_HASH")
 """The only names a step accepts on stdin (agent_prologue.sh)."""
 
@@ -84,10 +89,20 @@ def bundle_files(step: str) -> tuple[tuple[str, bytes], ...]:
         raise ValueError(f"unknown agent step {step!r}; steps: {known}")
     scripts = [name for name in KINDS[kind][step] if not name.startswith("agent/")]
     text = "\n".join(strip_comments(_text("scripts", name)) for name in ["agent_prologue.sh", *scripts])
-    files: dict[str, bytes] = {"step.sh": text.encode()}
+    if step in GUEST_EXEC_STEPS:  # they start a guest's step through the QEMU guest agent: as step_command does
+        text = text.replace("\n", f"\n# shellcheck disable=SC2016,SC2034\nPGC_LAUNCHER={shlex.quote(LAUNCHER)}\n", 1)
+    files: dict[str, bytes] = {"step.sh": whole(text).encode()}
     for module in (name for name in KINDS[kind][step] if name.startswith("agent/")):
         files[module.removeprefix("agent/")] = _text("agent", module.removeprefix("agent/")).encode()
     return tuple(sorted(files.items()))
+
+
+def whole(text: str) -> str:
+    """``text`` as one brace group: bash parses a compound command completely before it runs any of it, so a
+    step.sh cut short (a copy rewriting it while bash reads it) ends in a syntax error (exit 2) before anything
+    ran, never at a command boundary with the exit code of what ran so far (bash reads a script as it goes: a
+    file that ends before ``main "$@"`` is a success that did nothing)."""
+    return "{\n" + text.rstrip("\n") + "\n}\n"
 
 
 def _digest(files: tuple[tuple[str, bytes], ...]) -> str:
@@ -116,11 +131,28 @@ def agent_version(kind: str) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()[:12]
 
 
+LAUNCHER = (
+    'b="${0%/agent/*}/bundles/${0##*/agent/}"; s="${0%/step.sh}"; s="${s##*/}"; s="${s%-*}"; '
+    'if [[ -f $b ]] && bash -n "$b" 2>/dev/null; then exec bash "$b" "$@"; fi; '
+    'if [[ ! -f $0 ]]; then echo "$s: agent: expected $0, saw nothing (the node agent copy is gone: replace this '
+    'machine -agent resource with pulumi up --replace <its URN>)" >&2; exit 1; fi; '
+    't="$(mktemp)"; cat -- "$0" >"$t"; '
+    'if [[ ! -s $t ]] || ! bash -n "$t" 2>/dev/null; then rm -f "$t"; echo "$s: agent: expected a complete $0, '
+    'saw one cut short (another copy of the agent is writing it; run again)" >&2; exit 1; fi; '
+    'PGC_AGENT_COPY="${0%/step.sh}" exec bash "$t" "$@"'
+)
+"""What a step's command runs (``bash -c LAUNCHER <the copy's step.sh> <args>``): the store's bundle when it is
+there and parses (nothing writes into it once it is there), else a private snapshot of the copy's step.sh, read
+whole and checked to be neither empty nor cut short (bash would run an empty file as a success), whose prologue
+installs the bundle from the copy into the store and runs it from there (agent_prologue.sh); else one line naming
+the step instead of bash's "No such file or directory" (the agent's directory was removed)."""
+
+
 def step_command(user: str, step: str, args: list[str]) -> str:
-    """The remote command of ``step``: its installed bundle with ``args`` (each quoted), through passwordless
+    """The remote command of ``step``: its bundle (``LAUNCHER``) with ``args`` (each quoted), through passwordless
     sudo unless the SSH user is root (sudo keeps the login directory, which the path is relative to)."""
     sudo = "" if user == "root" else "sudo -n "
-    return f"{sudo}bash {shlex.join([_step_path(step), *args])}"
+    return f"{sudo}bash -c {shlex.join([LAUNCHER, _step_path(step), *args])}"
 
 
 def _step_path(step: str) -> str:

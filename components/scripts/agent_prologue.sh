@@ -1,23 +1,88 @@
 #!/usr/bin/env bash
 # The node agent's prologue: the first lines of every step's script as it is installed on a machine
-# (~/.proxmox-gpu-cluster/agent/<step>-<fingerprint>/step.sh, see render/agent_bundle.py).
+# (see render/agent_bundle.py). The whole step.sh is one brace group: bash reads all of it before it runs any of
+# it, so a file cut short (a copy racing this run) is a syntax error, never a step that ends early with exit 0.
 #
-# 1. The bundle checks itself: its directory's name ends in the fingerprint of its files (sha256 of the
-#    `sha256sum` listing of the files, C locale order), so a copy that was cut short or edited by hand stops here
-#    instead of running half a script.
-# 2. Secrets arrive on stdin and only there, one `NAME=<base64>` line each, for the known names only; they become
+# 1. Install: pulumi-command's CopyToRemote writes the agent's copy (~/.proxmox-gpu-cluster/agent/<step>-<fp>/)
+#    in place, so another copy (another stack on the same node) can rewrite a file while a step reads it. A step
+#    therefore runs from the store, ~/.proxmox-gpu-cluster/bundles/<step>-<fp>/, which nothing ever writes into:
+#    run from the copy, this prologue copies the bundle into a new directory beside the store's, checks it and
+#    renames it into place (a complete one there is left alone), then runs the store's step.sh. A store bundle that
+#    is not what its name says (damaged by hand) is replaced the same way: a checked copy renamed in, the damaged
+#    directory renamed aside first (a step started in between runs from the copy and installs it again).
+# 2. The bundle checks itself: its directory's name ends in the fingerprint of its files (sha256 of the
+#    `sha256sum` listing of the files, C locale order).
+# 3. Secrets arrive on stdin and only there, one `NAME=<base64>` line each, for the known names only; they become
 #    shell variables (never exported, never arguments, never files). A step run from text on stdin (`bash -s`, as
-#    the tests still do for some scripts) has no file of its own and skips both.
+#    the tests still do for some scripts) has no file of its own and skips all three.
 set -euo pipefail
 
+# pgc_fingerprint <dir>: the fingerprint of the directory's files (a directory beside them, such as a __pycache__
+# an older python3 run left, is no part of the bundle).
+pgc_fingerprint() {
+  local file files=()
+  for file in "$1"/*; do
+    [[ -f "$file" ]] && files+=("${file##*/}")
+  done
+  ((${#files[@]})) || return 0
+  (cd "$1" && LC_ALL=C sha256sum -- "${files[@]}" | sha256sum | cut -c1-12)
+}
+
+# pgc_install <copy> <final>: the bundle at <final> in the store, complete, from the agent's copy. A copy being
+# rewritten by another CopyToRemote does not check: tried again for up to a minute.
+pgc_install() {
+  local copy="$1" final="$2" name="${2##*/}" new file try
+  local want="${name##*-}" step="${name%-*}"
+  mkdir -p "${final%/*}"
+  for ((try = 1; ; try++)); do
+    [[ "$(pgc_fingerprint "$final" 2>/dev/null)" != "$want" ]] || return 0
+    [[ -d "$copy" ]] || {
+      echo "$step: agent: expected the node agent's copy $copy, saw nothing (replace this machine's -agent resource with pulumi up --replace <its URN>)" >&2
+      exit 1
+    }
+    new="$(mktemp -d "${final%/*}/.new-$name.XXXXXX")"
+    for file in "$copy"/*; do
+      [[ ! -f "$file" ]] || cp -- "$file" "$new/"
+    done
+    if [[ "$(pgc_fingerprint "$new")" == "$want" ]]; then
+      chmod 755 "$new"
+      # A damaged bundle goes aside first (rename(2) does not replace a directory that holds files).
+      [[ ! -e "$final" ]] || mv -T -- "$final" "$(mktemp -u "${final%/*}/.old-$name.XXXXXX")"
+      mv -T -- "$new" "$final" 2>/dev/null || rm -rf -- "$new" # another install was first: its copy is checked
+      continue
+    fi
+    rm -rf -- "$new"
+    if ((try >= 60)); then
+      echo "$step: agent: bundle $copy: expected fingerprint $want, saw $(pgc_fingerprint "$copy") (an incomplete or edited copy: replace this machine's -agent resource with pulumi up --replace <its URN>)" >&2
+      exit 1
+    fi
+    sleep 1
+  done
+}
+
+if [[ -n "${PGC_AGENT_COPY:-}" && -f "${BASH_SOURCE[0]:-}" ]]; then
+  # Run from the launcher's private snapshot of the copy's step.sh (agent_bundle.LAUNCHER): the snapshot was
+  # read whole, so it is done with; install the bundle from the copy and run it from the store.
+  rm -f -- "${BASH_SOURCE[0]}"
+  pgc_copy="$PGC_AGENT_COPY"
+  unset PGC_AGENT_COPY
+  pgc_install "$pgc_copy" "${pgc_copy%/agent/*}/bundles/${pgc_copy##*/}"
+  exec bash "${pgc_copy%/agent/*}/bundles/${pgc_copy##*/}/step.sh" "$@"
+fi
 if [[ -n "${BASH_SOURCE[0]:-}" && -f "${BASH_SOURCE[0]}" && "${BASH_SOURCE[0]}" == */step.sh ]]; then
   pgc_bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-  # The bundle's files only: a directory beside them (a __pycache__ an older python3 run left) is no part of it.
-  pgc_files=()
-  for pgc_file in "$pgc_bundle"/*; do
-    [[ -f "$pgc_file" ]] && pgc_files+=("${pgc_file##*/}")
-  done
-  pgc_seen="$(cd "$pgc_bundle" && LC_ALL=C sha256sum -- "${pgc_files[@]}" | sha256sum | cut -c1-12)"
+  pgc_parent="${pgc_bundle%/*}"
+  if [[ "${pgc_parent##*/}" == agent ]]; then
+    # Run from the agent's copy: run the store's bundle instead (stdin, the secrets, goes with it unread).
+    pgc_install "$pgc_bundle" "${pgc_parent%/*}/bundles/${pgc_bundle##*/}"
+    exec bash "${pgc_parent%/*}/bundles/${pgc_bundle##*/}/step.sh" "$@"
+  fi
+  pgc_seen="$(pgc_fingerprint "$pgc_bundle")"
+  if [[ "$pgc_seen" != "${pgc_bundle##*-}" && "${pgc_parent##*/}" == bundles && -d "${pgc_parent%/*}/agent/${pgc_bundle##*/}" ]]; then
+    # A store bundle that is not what its name says: replaced from the agent's copy, then run.
+    pgc_install "${pgc_parent%/*}/agent/${pgc_bundle##*/}" "$pgc_bundle"
+    exec bash "$pgc_bundle/step.sh" "$@"
+  fi
   if [[ "$pgc_seen" != "${pgc_bundle##*-}" ]]; then
     printf 'agent: bundle %s: expected fingerprint %s, saw %s (an incomplete or edited copy: replace this machine'"'"'s -agent resource with pulumi up --replace <its URN>)\n' \
       "$pgc_bundle" "${pgc_bundle##*-}" "$pgc_seen" >&2
@@ -49,5 +114,5 @@ if [[ -n "${BASH_SOURCE[0]:-}" && -f "${BASH_SOURCE[0]}" && "${BASH_SOURCE[0]}" 
     done
     unset pgc_line pgc_name pgc_value
   fi
-  unset pgc_seen pgc_files pgc_file
+  unset pgc_seen pgc_parent
 fi

@@ -38,6 +38,11 @@ while (($#)); do
 done
 rollout_check_args
 ((${#gpus[@]})) || fail "arguments" "at least one --gpu" "none"
+# The flags reach (( )) below, which evaluates its operand as arithmetic (an array index in it runs command
+# substitutions): only 0 or 1 passes.
+[[ "$vfio$kvm$nvidia_smi$containerd_nvidia" =~ ^[01]{4}$ ]] ||
+  fail "arguments" "0 or 1 for --vfio, --kvm, --nvidia-smi and --containerd-nvidia" \
+    "'$vfio' '$kvm' '$nvidia_smi' '$containerd_nvidia'"
 
 # How many GPUs of each vendor:device id the host must have.
 declare -A want=()

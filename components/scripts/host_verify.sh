@@ -27,6 +27,8 @@ while (($#)); do
   esac
   shift 2
 done
+# (( )) evaluates its operand as arithmetic, where an array index runs command substitutions: only 0 or 1 passes.
+[[ "$nested" == [01] ]] || fail arguments "--nested 0 or 1" "'$nested'"
 
 kernel_log() {
   # The ring buffer can have wrapped on a long-running host; the journal keeps this boot's messages.

@@ -61,16 +61,25 @@ agent_up() {
 # and, for a restart, for mig-manager's report. Right after a start the guest may not reach the API server yet: a
 # step that fails is run again every 10 s within the retry time (0: fail at once).
 guest_says() {
-  local retry="${1:-0}" waited=0 result out err code
+  local retry="${1:-0}" waited=0 result out err code qm_err warning
   while :; do
-    result="$(qm guest exec "$vmid" --timeout "$run_for" -- bash "$guest_step" "${guest_args[@]}" 2>&1)" ||
-      fail "qm guest exec" "the guest's MIG step started in VM $vmid" "${result//$'\n'/ }"
+    # stdout only is qm's JSON: on a timeout qm warns on stderr and still exits 0 (qemu-server src/PVE/CLI/qm.pm,
+    # method exec: "timeout reached, returning pid", then {"pid": N}); its stderr goes into the failure line.
+    qm_err="$(mktemp)"
+    result="$(qm guest exec "$vmid" --timeout "$run_for" -- \
+      bash -c "$PGC_LAUNCHER" "$guest_step" "${guest_args[@]}" 2>"$qm_err")" ||
+      fail "qm guest exec" "the guest's MIG step started in VM $vmid" "$(tr '\n' ' ' <"$qm_err")"
+    warning="$(tr '\n' ' ' <"$qm_err")"
+    rm -f "$qm_err"
+    perl -MJSON::PP -e 'exit(ref(eval { decode_json(do { local $/; <STDIN> }) }) eq "HASH" ? 0 : 1)' <<<"$result" ||
+      fail "qm guest exec" "a JSON object on stdout from VM $vmid" "'${result//$'\n'/ }' (stderr: ${warning:-nothing})"
     out="$(json_field out-data <<<"$result")"
     err="$(json_field err-data <<<"$result")"
     [[ -z "$out" ]] || printf '%s\n' "$out"
     [[ -z "$err" ]] || printf '%s\n' "$err" >&2
     [[ "$(json_field exited <<<"$result")" == 1 ]] ||
-      fail "guest exec" "the guest's MIG step to finish within ${run_for}s" "it still runs in VM $vmid"
+      fail "guest exec" "the guest's MIG step to finish within ${run_for}s" \
+        "it still runs in VM $vmid (pid $(json_field pid <<<"$result"); qm: ${warning:-nothing})"
     code="$(json_field exitcode <<<"$result")"
     [[ "$code" != 0 && waited -lt retry ]] || break
     echo "mig-restart: the guest's MIG step failed (exit $code) right after the start; trying again in 10 s" >&2

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Retire a worker VM's Kubernetes node before the VM is destroyed or replaced. Runs on the VM's Proxmox node as
-# root and reaches the guest through the QEMU guest agent (`qm guest exec`), not over the network: a guest that
-# no longer answers cannot block the destroy. Then the node is not drained, and a warning says so and what to do.
+# root and reaches the guest through the QEMU guest agent (`qm guest exec`), not over the network.
 #
 # Usage: retire_vm.sh --vmid N --node-name NAME --timeout SECONDS --guest-step PATH [--check 0|1] -- GUEST-ARGS...
 # The work runs in the guest: the node agent's drain step installed there (PATH, absolute, in the guest), started by
-# the QEMU guest agent. It acts as the node itself (kubelet's credential in the guest): no credential passes here.
+# the QEMU guest agent through the agent's launcher (PGC_LAUNCHER, render/agent_bundle.py: the store's bundle, never
+# a copy being rewritten). It acts as the node itself (kubelet's credential in the guest): no credential passes here.
 # --check 1 (the create step) only proves the agent answers and the drain step is installed, so a later retire will
 # reach it.
+#
+# When the drain may be skipped: only when qm itself says the guest is gone: the VM is stopped or no longer on this
+# node, it has no guest agent configured, or its agent is not running on any of the tries below (qemu-server's
+# PVE::QemuServer::Agent assert_agent_available: "VM <id> is not running", "No QEMU guest agent configured",
+# "QEMU guest agent is not running"). Then the VM goes with a warning naming what is left (its Node object). Any
+# other qm failure (pmxcfs or the QMP socket busy, a timeout) is tried again, ATTEMPTS times in all, and then fails
+# the step in one line: a VM is never destroyed with its pods on it because one qm call failed.
 set -euo pipefail
 
 vmid="" node_name="" timeout="" guest_step="" check=0 guest_args=()
@@ -31,14 +38,23 @@ while (($#)); do
   shift 2
 done
 
+ATTEMPTS=5 # each qm call, 10 s apart: a pmxcfs restart or a busy QMP socket passes within that
+QM_OUT="" QM_ERR="" ERR_FILE=""
+
 fail() {
   echo "retire: $1: expected $2, saw $3" >&2
   exit 1
 }
 
-# warn_and_leave: the guest cannot be reached. At create time that is an error; at destroy time the VM goes
-# anyway (it is already down or unreachable), and the warning says what is left behind.
-warn_and_leave() {
+# one_line <text>: text on one line (qm's messages span lines).
+one_line() {
+  local text="${1//$'\n'/ }"
+  printf '%s' "${text:-nothing}"
+}
+
+# gone <why>: qm says the guest cannot run the drain. At create time that is an error; at destroy time the VM goes
+# anyway, and the warning says what is left behind.
+gone() {
   if ((check)); then
     fail "guest agent" "VM $vmid ($node_name) running with a QEMU guest agent that answers" "$1"
   fi
@@ -47,44 +63,90 @@ warn_and_leave() {
   exit 0
 }
 
-# json_field <field>: a field of the JSON object on stdin (qm guest exec prints one); empty when absent.
+# qm_call <seconds> <qm args...>: run qm, stdout in QM_OUT, stderr in QM_ERR (kept apart: `qm guest exec` warns
+# on stderr and prints its JSON on stdout, both with exit 0). Tried again while the failure may pass; returns 0,
+# or 3 when qm says the guest is gone (qm's reason in QM_ERR); fails the step once the tries are used up.
+qm_call() {
+  local limit="$1" try rc what="qm $2"
+  shift
+  [[ "$1" != guest ]] || what+=" $2"
+  for ((try = 1; ; try++)); do
+    rc=0
+    QM_OUT="$(timeout "$limit" qm "$@" 2>"$ERR_FILE")" || rc=$?
+    QM_ERR="$(cat "$ERR_FILE")"
+    ((rc != 0)) || return 0
+    case "$QM_ERR" in
+    *"is not running"* | *"No QEMU guest agent configured"* | *"does not exist"*)
+      # "QEMU guest agent is not running" may be an agent restarting: gone only when it stays so.
+      [[ "$QM_ERR" == *"QEMU guest agent is not running"* ]] && ((try < ATTEMPTS)) || return 3
+      ;;
+    esac
+    ((try < ATTEMPTS)) || fail "$what on VM $vmid" "an answer (tried $ATTEMPTS times)" \
+      "$( ((rc == 124)) && echo "no answer within ${limit}s" || echo "exit $rc: $(one_line "$QM_ERR")")"
+    echo "retire: $what on VM $vmid failed (exit $rc: $(one_line "$QM_ERR")); trying again in 10 s"
+    sleep 10
+  done
+}
+
+# json_object: qm's stdout (QM_OUT) is the JSON object qm prints, or the step fails in one line.
+json_object() {
+  perl -MJSON::PP -e 'exit(ref(eval { decode_json(do { local $/; <STDIN> }) }) eq "HASH" ? 0 : 1)' <<<"$QM_OUT" ||
+    fail "qm guest exec on VM $vmid" "a JSON object on stdout" "'$(one_line "$QM_OUT")' (stderr: $(one_line "$QM_ERR"))"
+}
+
+# json_field <field>: a field of qm's JSON object (QM_OUT, checked by json_object); empty when absent.
 json_field() {
-  perl -MJSON::PP -e 'my $r = decode_json(do { local $/; <STDIN> }); my $v = $r->{$ARGV[0]};
-    print defined $v ? $v : ""' "$1"
+  perl -MJSON::PP -e 'my $v = decode_json(do { local $/; <STDIN> })->{$ARGV[0]}; print defined $v ? $v : ""' \
+    "$1" <<<"$QM_OUT"
 }
 
 main() {
+  [[ "$check" == [01] ]] || fail "--check" "0 or 1" "'$check'"
   [[ "$vmid" =~ ^[0-9]{3,9}$ ]] || fail "--vmid" "a VM id" "'$vmid'"
   [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
   [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
   [[ "$guest_step" =~ ^/[A-Za-z0-9._/-]+/step\.sh$ && "$guest_step" != *..* ]] ||
     fail "--guest-step" "the absolute path of the guest's installed drain step" "'$guest_step'"
   [[ "$(id -u)" == 0 ]] || fail "user" "root (qm guest exec is root-only)" "$(id -un)"
-  local status result code installed
-  status="$(qm status "$vmid" 2>&1)" || warn_and_leave "VM $vmid is not on this node (${status//$'\n'/ })"
-  [[ "$status" == *"status: running"* ]] || warn_and_leave "VM $vmid is not running (${status//$'\n'/ })"
-  timeout 30 qm guest cmd "$vmid" ping >/dev/null 2>&1 || warn_and_leave "VM $vmid's guest agent does not answer"
-  installed="$(timeout 60 qm guest exec "$vmid" --timeout 30 -- test -f "$guest_step" 2>&1)" ||
-    warn_and_leave "qm guest exec on VM $vmid failed"
-  if [[ "$(json_field exitcode <<<"$installed")" != 0 ]]; then
-    # The guest's agent copy lacks this drain step (a copy that failed or was removed by hand).
-    warn_and_leave "the node agent's drain step $guest_step is not installed in VM $vmid"
+  local code pid out err run_for=$((timeout + 180))
+  ERR_FILE="$(mktemp)"
+  trap 'rm -f "$ERR_FILE"' EXIT
+  qm_call 30 status "$vmid" || gone "VM $vmid is not on this node ($(one_line "$QM_ERR"))"
+  [[ "$QM_OUT" == *"status: running"* ]] || {
+    [[ "$QM_OUT" == *"status: stopped"* ]] || fail "VM $vmid" "running or stopped" "$(one_line "$QM_OUT")"
+    gone "VM $vmid is not running ($(one_line "$QM_OUT"))"
+  }
+  qm_call 30 guest cmd "$vmid" ping || gone "VM $vmid's guest agent does not answer ($(one_line "$QM_ERR"))"
+  qm_call 60 guest exec "$vmid" --timeout 30 -- test -f "$guest_step" ||
+    gone "VM $vmid's guest agent does not answer ($(one_line "$QM_ERR"))"
+  json_object
+  [[ "$(json_field exited)" == 1 ]] ||
+    fail "qm guest exec on VM $vmid" "test -f to finish within 30s" "$(one_line "$QM_ERR")"
+  if [[ "$(json_field exitcode)" != 0 ]]; then
+    # The guest's agent copy lacks this drain step (a copy that failed or was removed by hand): qm answered, so
+    # this is no passing failure; the destroy goes on with the warning.
+    gone "the node agent's drain step $guest_step is not installed in VM $vmid"
   fi
   if ((check)); then
     echo "retire: ready: VM $vmid ($node_name) answers through its guest agent and has its drain step"
     return 0
   fi
-  # The agent's own limit comes after the drain's, so the guest reports a drain timeout itself.
-  result="$(qm guest exec "$vmid" --timeout "$((timeout + 180))" -- bash "$guest_step" "${guest_args[@]}")" ||
-    warn_and_leave "qm guest exec on VM $vmid failed"
-  local out err
-  out="$(json_field out-data <<<"$result")"
-  err="$(json_field err-data <<<"$result")"
+  # The agent's own limit comes after the drain's, so the guest reports a drain timeout itself. The drain is
+  # idempotent and takes the guest's step lock, so a try after a failed qm call is safe.
+  qm_call $((run_for + 60)) guest exec "$vmid" --timeout "$run_for" -- \
+    bash -c "$PGC_LAUNCHER" "$guest_step" "${guest_args[@]}" ||
+    gone "VM $vmid's guest agent stopped answering during the drain ($(one_line "$QM_ERR"))"
+  json_object
+  out="$(json_field out-data)"
+  err="$(json_field err-data)"
   [[ -z "$out" ]] || printf '%s\n' "$out"
   [[ -z "$err" ]] || printf '%s\n' "$err" >&2
-  [[ "$(json_field exited <<<"$result")" == 1 ]] ||
-    fail "guest exec" "the retire step to finish within $((timeout + 180))s" "it still runs in VM $vmid"
-  code="$(json_field exitcode <<<"$result")"
+  if [[ "$(json_field exited)" != 1 ]]; then
+    # qm.pm on timeout: "timeout reached, returning pid" on stderr, {"pid": N} on stdout, exit 0.
+    pid="$(json_field pid)"
+    fail "guest exec" "the retire step to finish within ${run_for}s" "it still runs in VM $vmid (pid ${pid:-?})"
+  fi
+  code="$(json_field exitcode)"
   [[ "$code" == 0 ]] || fail "guest" "exit code 0 from the retire step in VM $vmid" "$code (its message is above)"
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import multiprocessing
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -93,8 +94,9 @@ def test_the_python_modules_ride_with_the_steps_that_call_them() -> None:
 
 def test_the_command_names_the_bundle_and_quotes_every_argument() -> None:
     cmd = step_command("ubuntu", "join", ["--node-name", "w1", "--x", "a b;c"])
-    assert cmd == f"sudo -n bash .proxmox-gpu-cluster/agent/{bundle_name('join')}/step.sh --node-name w1 --x 'a b;c'"
-    assert step_command("root", "host-prep", []).startswith("bash .proxmox-gpu-cluster/agent/host-prep-")
+    path = f".proxmox-gpu-cluster/agent/{bundle_name('join')}/step.sh"
+    assert cmd == f"sudo -n bash -c {shlex.quote(agent_bundle.LAUNCHER)} {path} --node-name w1 --x 'a b;c'"
+    assert step_command("root", "host-prep", []).startswith("bash -c ")
 
 
 def fake_bundle(tmp_path: Path, body: str) -> Path:

@@ -9,7 +9,7 @@ from pulumi import ResourceOptions
 from proxmox_gpu_cluster.core.capacity import capacity_table
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.guest.capacity_gate import NodeCapacityGate, NodeCapacityGateArgs
-from proxmox_gpu_cluster.render.agent_bundle import bundle_name
+from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.testing import run
 from tests.support import base_spec, make_vm_worker, plan_stack
 
@@ -105,8 +105,10 @@ def test_gate_component_alone() -> None:
 
     rec = run(program)
     check = rec.named("gate-check")
-    bundle = f".proxmox-gpu-cluster/agent/{bundle_name('capacity')}/step.sh"
-    assert check.plain_inputs["create"] == f"sudo -n bash {bundle} --node bm-1 --timeout 120 --expect nvidia.com/gpu=2"
+    assert (
+        check.plain_inputs["create"]
+        == f"{step_command('ubuntu', 'capacity', [])} --node bm-1 --timeout 120 --expect nvidia.com/gpu=2"
+    )
     assert "stdin" not in check.inputs  # no script and no secret: kubelet's own credential is on the node
     # Alone on a bare-metal node, the gate installs the node agent itself and runs after it.
     agent = rec.named("gate-agent")

@@ -19,7 +19,7 @@ from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_sp
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
-from proxmox_gpu_cluster.render.agent_bundle import bundle_name, secrets_stdin
+from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
 from proxmox_gpu_cluster.render.guest_scripts import driver_args, rollout_args, verify_args
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, redact, run
 from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
@@ -34,8 +34,7 @@ ORDER = ("agent", "cloud-init", "driver", "driver-wait", "runtime", "join", "ver
 
 def run_bundle(step: str, user: str = "ubuntu") -> str:
     """The start of ``step``'s command: its installed bundle, through sudo unless root."""
-    sudo = "" if user == "root" else "sudo -n "
-    return f"{sudo}bash .proxmox-gpu-cluster/agent/{bundle_name(step)}/step.sh"
+    return step_command(user, step, [])
 
 
 def steps(rec: Recording, worker: str) -> dict[str, RecordedResource]:

@@ -8,7 +8,7 @@ import pytest
 
 from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.render.agent_bundle import step_command
+from proxmox_gpu_cluster.render.agent_bundle import LAUNCHER, step_command
 from proxmox_gpu_cluster.render.host_scripts import (
     kernel_args,
     parse_groups,
@@ -23,8 +23,10 @@ from tests.support import base_spec
 def test_step_commands_quote_and_use_sudo_for_non_root() -> None:
     args = ["--gpu", "0000:41:00=10de:2236", "it's"]
     assert step_command("root", "host-prep", args).endswith("/step.sh --gpu 0000:41:00=10de:2236 'it'\"'\"'s'")
-    assert step_command("admin", "host-prep", args).startswith("sudo -n bash .proxmox-gpu-cluster/agent/host-prep-")
-    assert shlex.split(step_command("root", "host-prep", args))[2:] == args
+    assert step_command("admin", "host-prep", args).startswith("sudo -n bash -c ")
+    words = shlex.split(step_command("root", "host-prep", args))
+    assert words[:3] == ["bash", "-c", LAUNCHER] and words[3].startswith(".proxmox-gpu-cluster/agent/host-prep-")
+    assert words[4:] == args
 
 
 def test_args_follow_the_node_only() -> None:

@@ -8,7 +8,7 @@ import pulumi_command as command
 
 from proxmox_gpu_cluster.core.spec import DrainSpec
 from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement, WorkerRetirementArgs
-from proxmox_gpu_cluster.render.agent_bundle import bundle_name
+from proxmox_gpu_cluster.render.agent_bundle import bundle_name, step_command
 from proxmox_gpu_cluster.testing import run
 
 
@@ -38,10 +38,9 @@ def test_minimal_args() -> None:
     assert step.replace_with == [rec.named("vm").urn]
     inputs = step.plain_inputs
     guest = "--node-name w1 --api-endpoint '[2001:db8::10]:6443' --timeout 300 --delete-emptydir-data 1 --force 1 --kubeadm-reset 0"
-    retire = f".proxmox-gpu-cluster/agent/{bundle_name('retire')}/step.sh"
     drain = f"/home/ops/.proxmox-gpu-cluster/agent/{bundle_name('drain')}/step.sh"  # the guest user's agent copy
     assert inputs["create"] == (
-        f"sudo -n bash {retire} --vmid 2001 --node-name w1 --timeout 300 --guest-step {drain} --check 1 -- {guest}"
+        f"{step_command('admin', 'retire', [])} --vmid 2001 --node-name w1 --timeout 300 --guest-step {drain} --check 1 -- {guest}"
     )
     assert inputs["delete"] == inputs["create"].replace("--check 1", "--check 0")
     assert "stdin" not in inputs  # no credential, no script

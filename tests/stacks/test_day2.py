@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from proxmox_gpu_cluster.core.names import StackScope
-from proxmox_gpu_cluster.render.agent_bundle import bundle_name
+from proxmox_gpu_cluster.render.agent_bundle import bundle_name, step_command
 from proxmox_gpu_cluster.stacks.plan import main
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, unwrap
 from tests.support import base_spec, plain_strings, plan_stack, prod_spec, shared_group
@@ -109,7 +109,7 @@ def test_a_replace_is_planned_for_a_vmid_change_and_drains_the_old_vm() -> None:
     assert before.named("cluster-gpu-a10-b-vm").plain_inputs["vmId"] == 3202
     assert after.named("cluster-gpu-a10-b-vm").plain_inputs["vmId"] == 3212  # ForceNew upstream: a replacement
     old = before.named("cluster-gpu-a10-b-retirement-drain").plain_inputs["delete"]
-    retire = f"bash .proxmox-gpu-cluster/agent/{bundle_name('retire')}/step.sh"
+    retire = step_command("root", "retire", [])
     assert old.startswith(f"{retire} --vmid 3202 --node-name gpu-a10-b --timeout 600 --guest-step ")
     assert " --check 0 -- " in old
     assert after.named("cluster-gpu-a10-b-retirement-drain").plain_inputs["delete"].startswith(f"{retire} --vmid 3212")

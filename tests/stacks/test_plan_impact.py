@@ -97,6 +97,7 @@ def test_removing_a_worker_retires_it_exactly_as_its_delete_command_does(tmp_pat
     assert retired["worker"] == "gpu-a10-b" and retired["vmid"] == 3202 and retired["host"] == "pve-b"
     assert retired["steps"][0] == "cordoned" and retired["steps"][-2:] == ["Node deleted", "kubeadm reset"]
     assert "at most 600 s" in retired["steps"][1] and retired["then"] == "VM destroyed"
+    assert "skipped with a warning only if qm finds the VM stopped or its guest agent gone" in retired["steps"][1]
     assert retired["protected"] is True  # prod protects its workers: up stops before anything runs
     assert any(line.startswith("Worker gpu-a10-b (VM 3202 on pve-b) retired: cordoned") for line in lines)
     assert "gpu-a10-b: nvidia.com/gpu 4 → 0 (worker removed)" in lines

@@ -10,7 +10,7 @@ import pytest
 from proxmox_gpu_cluster.core.names import StackScope, short_hash
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.proxmox.worker_vm import _reported_address
-from proxmox_gpu_cluster.render.agent_bundle import bundle_files, bundle_name
+from proxmox_gpu_cluster.render.agent_bundle import bundle_files, step_command
 from proxmox_gpu_cluster.testing import Recording, redact
 from proxmox_gpu_cluster.testing_pci import spec_shaped_pci
 from tests.support import base_spec, make_vm_worker, plan_stack, shared_group
@@ -118,8 +118,7 @@ def test_workers_output() -> None:
 def test_host_prep_commands_quote_arguments_and_run_the_installed_agent() -> None:
     rec = plan_stack(prepped())
     prep = rec.named("cluster-pve2-host-prep-prep").plain_inputs
-    bundle = f".proxmox-gpu-cluster/agent/{bundle_name('host-prep')}/step.sh"
-    assert prep["create"] == (f"bash {bundle} --owner {SCOPE.token} --cpu-vendor intel --boot-loader auto --acs-override 0 "
+    assert prep["create"] == (f"{step_command('root', 'host-prep', [])} --owner {SCOPE.token} --cpu-vendor intel --boot-loader auto --acs-override 0 "
                               "--reboot-policy when-idle --gpu 0000:17:00=10de:2236 --gpu 0000:18:00=10de:2236")  # fmt: skip
     assert "stdin" not in prep  # the script is on the node (the agent copy), not in state
     agent = rec.named("cluster-pve2-host-prep-agent")
@@ -205,7 +204,7 @@ def test_sharing_and_operator_changes_leave_vms_and_mappings_alone() -> None:
 def test_large_bar_token_mode_uses_qm_set_on_the_host() -> None:
     rec = plan_stack(prepped())
     cmd = rec.named("cluster-mig-1-large-bar").plain_inputs
-    large_bar = f"bash .proxmox-gpu-cluster/agent/{bundle_name('large-bar')}/step.sh"
+    large_bar = step_command("root", "large-bar", [])
     assert cmd["create"] == f"{large_bar} 2001 65536 --address" and "stdin" not in cmd  # mig-1: DHCP
     assert b"X-PciMmio64Mb" in dict(bundle_files("large-bar"))["step.sh"]  # the window is in the installed script
     assert rec.depends_on(rec.named("cluster-mig-1-large-bar"), rec.named("cluster-mig-1-vm"))
@@ -226,7 +225,7 @@ def test_a_dhcp_large_bar_worker_is_reached_at_the_address_its_first_start_repor
     raw = prepped()
     raw["workers"][0]["network"] = {"ipv4": "dhcp"}
     rec = plan_stack(raw)
-    large_bar = f"bash .proxmox-gpu-cluster/agent/{bundle_name('large-bar')}/step.sh"
+    large_bar = step_command("root", "large-bar", [])
     assert rec.named("cluster-mig-1-large-bar").plain_inputs["create"] == f"{large_bar} 2001 65536 --address"
     # The bootstrap connects where large_bar.sh's output says, so it waits for that step.
     assert rec.depends_on(rec.named("cluster-mig-1-bootstrap-cloud-init"), rec.named("cluster-mig-1-large-bar"))

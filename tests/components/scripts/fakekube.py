@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from proxmox_gpu_cluster.render import node_rbac
+from tests.components.scripts.fakeqm import FAKE_QM
 from tests.components.scripts.fakeroot import FakeRoot
 
 SLOT_NAMESPACE = "proxmox-gpu-cluster"
@@ -303,31 +304,30 @@ print("\n".join(out), file=stream or (sys.stderr if code and verb != "auth" else
 sys.exit(code)
 """
 
-_QM = r"""
-import json, os, subprocess, sys
+_QM = (
+    FAKE_QM
+    + r"""
 host_root, guest_root, guest_path = sys.argv[1], sys.argv[2], sys.argv[3]
 args = sys.argv[4:]
 status = open(os.path.join(host_root, "fake-vm-status")).read().strip()
+if status == "missing" and args[:1] in (["status"], ["guest"]):
+    vmid = args[1] if args[0] == "status" else args[2]
+    sys.exit(print(f"Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist", file=sys.stderr) or 2)
 if args[:1] == ["status"]:
-    if status == "missing":
-        sys.exit(print(f"Configuration file 'nodes/pve1/qemu-server/{args[1]}.conf' does not exist",
-                       file=sys.stderr) or 2)
     sys.exit(print(f"status: {status}") or 0)
+if args[:1] == ["guest"]:
+    agent_gone(host_root, args[2], status)
 if args[:3] == ["guest", "cmd", args[2]] and args[3] == "ping":
-    sys.exit(0 if status == "running" and not os.path.exists(os.path.join(host_root, "agent-dead")) else 255)
-if args[:2] == ["guest", "exec"]:
-    # Inside the guest: an absolute path names the guest's file, under its fake root.
+    sys.exit(0)
+if args[:2] == ["guest", "exec"]:  # inside the guest: an absolute path names the guest's file, in its root
     command = [os.path.join(guest_root, a.lstrip("/")) if a.startswith("/") and os.path.exists(
         os.path.join(guest_root, a.lstrip("/"))) or a.startswith(("/home/", "/root/")) else a
         for a in args[args.index("--") + 1:]]
     stdin = sys.stdin.read() if "--pass-stdin" in args else ""
-    env = {"PATH": guest_path, "PGC_ROOT": guest_root, "LC_ALL": "C"}
-    proc = subprocess.run(command, input=stdin, env=env, capture_output=True, text=True, check=False)
-    print(json.dumps({"exitcode": proc.returncode, "exited": 1, "out-data": proc.stdout, "err-data": proc.stderr},
-                     indent=3))
-    sys.exit(0)
+    guest_exec(host_root, args, command, {"PATH": guest_path, "PGC_ROOT": guest_root, "LC_ALL": "C"}, stdin)
 sys.exit(print("fake qm: unsupported " + " ".join(args), file=sys.stderr) or 2)
 """
+)
 
 
 @dataclass
@@ -415,3 +415,4 @@ def install_qm(host: FakeRoot, guest: FakeRoot, status: str = "running") -> None
     guest_path = f"{guest.bin}:/usr/bin:/bin"
     host.stub_script("qm", f'python3 "{host.bin}/qm.py" "{host.root}" "{guest.root}" "{guest_path}" "$@"')
     host.stub_script("id", 'if [ "$1" = -u ]; then echo 0; else echo root; fi')
+    host.stub_script("sleep", ":")  # retire_vm.sh's waits between qm tries take no time

@@ -40,6 +40,7 @@ from typing import Any
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakeguest_tools import STUBS
 from tests.components.scripts.fakekube import FakeCluster
+from tests.components.scripts.fakeqm import FAKE_QM
 from tests.components.scripts.fakeroot import FakeRoot
 
 # Hopper (``fake-mig-hopper``): the mode belongs to the loaded driver of this boot (stamped with the boot id in
@@ -90,6 +91,7 @@ def set_api_down(path, down):
 
 _QM = (
     _API
+    + FAKE_QM
     + r"""
 import json, os, shutil, subprocess, sys
 ROLLOUT = "proxmox-gpu-cluster.io/rollout"
@@ -139,19 +141,17 @@ if args[:1] == ["start"]:
         set_api_down(open(hook).read().strip(), True)
     sys.exit(0)
 if args[:2] == ["guest", "cmd"]:
-    sys.exit(0 if status == "running" else 255)
+    agent_gone(host, args[2], status)
+    sys.exit(0)
 if args[:2] == ["guest", "exec"]:
-    if status != "running":
-        sys.exit(print("VM is not running", file=sys.stderr) or 255)
+    agent_gone(host, args[2], status)
     command = [os.path.join(guest, a.lstrip("/")) if a.startswith(("/home/", "/root/")) else a
                for a in args[args.index("--") + 1:]]
     env = {"PATH": guest_path, "PGC_ROOT": guest, "LC_ALL": "C"}
     fault = os.path.join(guest, "fake-exec-fault")
     if os.path.exists(fault):  # exec_fault: inject into the guest's commands of this exec (counted in the guest)
         env["PGC_FAULT_AT"], env["PGC_FAULT_MODE"] = open(fault).read().split()
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    print(json.dumps({"exitcode": proc.returncode, "exited": 1, "out-data": proc.stdout, "err-data": proc.stderr}))
-    sys.exit(0)
+    guest_exec(host, args, command, env)
 sys.exit(print("fake qm: unsupported " + " ".join(args), file=sys.stderr) or 2)
 """
 )
