@@ -18,10 +18,12 @@ import json
 import os
 import re
 import secrets
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxmox_gpu_cluster.core.input_safety import escape_controls
+from proxmox_gpu_cluster.render.agent_bundle import LAUNCHER
 
 SECRET_KEY_ENV = "PGC_SECRET_DIGEST_KEY"  # noqa: S105 (the variable's name, not a key)
 """Environment variable with the hex key both plans of a diff fingerprint their secrets with."""
@@ -97,12 +99,24 @@ def secret_line(path: str, old: Any, new: Any) -> str | None:
     return f"{path}: may have changed (secret; not fingerprinted)"
 
 
+_QUOTED_LAUNCHER = shlex.quote(LAUNCHER)
+LAUNCHER_SHOWN = "<agent launcher>"
+"""How a step command's launcher (``agent_bundle.LAUNCHER``, about 700 characters of shell) reads in a diff."""
+
+
+def _abbreviated(value: Any) -> Any:
+    """``value`` with this revision's agent launcher shown as ``LAUNCHER_SHOWN``; another revision's launcher stays
+    whole, so a changed launcher still shows as a change."""
+    return value.replace(_QUOTED_LAUNCHER, LAUNCHER_SHOWN) if isinstance(value, str) else value
+
+
 def value_lines(path: str, old: Any, new: Any) -> list[str]:
     """What changed at ``path``: ``path: old → new`` on one line, or for long or multi-line values ``path:``
     followed by a unified diff of their lines (at most ``DIFF_LINES``, the rest counted). A secret: ``secret_line``."""
     secret = secret_line(path, old, new)
     if secret is not None:
         return [secret]
+    old, new = _abbreviated(old), _abbreviated(new)
     if not (_long(old) or _long(new)):
         return [f"{path}: {show(old)} → {show(new)}"]
     before, after = _lines(old), _lines(new)

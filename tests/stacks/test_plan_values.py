@@ -311,3 +311,16 @@ def test_the_smoke_test_job_is_replaced_when_its_template_changes_in_a_real_plan
     jobs = [c for c in diff(before, after) if c.type == "kubernetes:batch/v1:Job"]
     assert jobs and all(c.action == "replace" for c in jobs)
     assert all(any(r.startswith("spec.template") for r in c.replace_reasons) for c in jobs)
+
+
+def test_a_step_commands_launcher_reads_as_one_word_unless_another_revision_changed_it() -> None:
+    from proxmox_gpu_cluster.render.agent_bundle import step_command
+    from proxmox_gpu_cluster.stacks.plan_values import LAUNCHER_SHOWN
+
+    old = step_command("ubuntu", "driver", ["--version", "580.95.05"])
+    new = step_command("ubuntu", "driver", ["--version", "580.105.08"])
+    text = "\n".join(value_lines("create", old, new))
+    assert text.count(LAUNCHER_SHOWN) == 2 and len(text) < 300 and "580.95.05" in text and "580.105.08" in text
+    older = old.replace("exec bash", "exec  bash")  # another revision's launcher
+    text = "\n".join(value_lines("create", older, new))
+    assert "exec  bash" in text and LAUNCHER_SHOWN in text
