@@ -33,14 +33,21 @@ pgc_fingerprint() {
 pgc_install() {
   local copy="$1" final="$2" name="${2##*/}" new file try
   local want="${name##*-}" step="${name%-*}"
-  mkdir -p "${final%/*}"
+  local said
+  said="$(mkdir -p -- "${final%/*}" 2>&1)" || {
+    echo "$step: agent: expected the bundle store ${final%/*}, saw $said" >&2
+    exit 1
+  }
   for ((try = 1; ; try++)); do
     [[ "$(pgc_fingerprint "$final" 2>/dev/null)" != "$want" ]] || return 0
     [[ -d "$copy" ]] || {
       echo "$step: agent: expected the node agent's copy $copy, saw nothing (replace this machine's -agent resource with pulumi up --replace <its URN>)" >&2
       exit 1
     }
-    new="$(mktemp -d "${final%/*}/.new-$name.XXXXXX")"
+    new="$(mktemp -d "${final%/*}/.new-$name.XXXXXX" 2>&1)" || {
+      echo "$step: agent: expected a new bundle directory in ${final%/*}, saw $new" >&2
+      exit 1
+    }
     for file in "$copy"/*; do
       [[ ! -f "$file" ]] || cp -- "$file" "$new/"
     done

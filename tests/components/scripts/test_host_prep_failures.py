@@ -54,9 +54,11 @@ exec /usr/bin/sync "$@\"""",
 
 
 def test_a_read_only_file_system_fails_naming_the_file(host: FakeHost) -> None:
+    # Read-only below /etc: the agent's store (in the SSH user's home) is written, host prep's first file is not.
     host.stub_script(
         "mktemp",
-        """echo "mktemp: failed to create file via template '$1': Read-only file system" >&2
+        """case "$*" in *.pgc-*) ;; *) exec /usr/bin/mktemp "$@" ;; esac
+echo "mktemp: failed to create file via template '$1': Read-only file system" >&2
 exit 1""",
     )
     r = host.prep(A10)
@@ -65,6 +67,20 @@ exit 1""",
     # The owner's claim is the first file written (before any host-wide one).
     assert line.startswith(f"host-prep: write: expected a temporary file next to /{CLAIMS}/{OWNER}.conf, saw mktemp: ")
     assert line.endswith(f"/{OWNER}.conf.pgc-XXXXXX': Read-only file system")
+
+
+def test_a_read_only_home_fails_in_one_line_before_anything_changes(host: FakeHost) -> None:
+    # The whole root read-only: the agent cannot install the step's bundle into its store, and says so.
+    host.stub_script(
+        "mktemp",
+        """echo "mktemp: failed to create directory via template '$2': Read-only file system" >&2
+exit 1""",
+    )
+    r = host.prep(A10)
+    assert r.returncode == 1 and mutating(r.calls) == []
+    line = last_line(r.stderr)
+    assert line.startswith("host-prep: agent: expected a new bundle directory in ") and "saw mktemp: " in line
+    assert line.endswith(": Read-only file system")
 
 
 @pytest.mark.parametrize(("tool", "name"), [("update-grub", "boot-loader"), ("update-initramfs", "initramfs")])
