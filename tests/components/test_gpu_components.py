@@ -124,7 +124,7 @@ def test_dra_smoke_and_kubevirt_opts_carry_the_provider_and_what_they_wait_for()
             ExistingGpuNode(name="bm-5", gpus={"L40S": 1}, workload="vm-passthrough").resolve())).capacity())),
          ["GpuSmokeTestArgs.resource: no container node advertises nvidia.com/gpu (nvidia.com/mig-1g.6gb)"]),
         (lambda: KubeVirtGpuDevicesArgs(nodes=(VGPU,)),  # type: ignore[arg-type]
-         ["KubeVirtGpuDevicesArgs.nodes[0]: bm-2: an ExistingGpuNode; pass ExistingGpuNode(...).resolve(), the node "
+         ["KubeVirtGpuDevicesArgs.nodes[0] (bm-2): bm-2: an ExistingGpuNode; pass ExistingGpuNode(...).resolve(), the node "
           "as the stack sees it"]),
         (lambda: KubeVirtGpuDevicesArgs(kubevirt={"enabled": True, "feature_gates": "x"}, nodes=()),  # type: ignore[arg-type]
          ["KubeVirtGpuDevicesArgs.kubevirt.feature_gates: Input should be a valid tuple"]),

@@ -57,7 +57,7 @@ def test_the_alert_names_the_exporter_nodes_and_opts_reach_the_children() -> Non
          ["GpuMonitoringArgs.exporter_nodes[0]: bm-1 is not a container node of nodes (none): it never runs the "
           "exporter, so its alert would fire forever"]),
         ({"nodes": (NODES[0], NODES[0])},
-         ["GpuMonitoringArgs.nodes[1].name: node name 'bm-1' is already used by nodes[0]"]),
+         ["GpuMonitoringArgs.nodes[1] (bm-1).name: node name 'bm-1' is already used by nodes[0]"]),
         ({"operator_namespace": 5, "monitoring": {"prometheus": "maybe"}},
          ["GpuMonitoringArgs.monitoring.prometheus: Input should be a valid boolean, unable to interpret input",
           "GpuMonitoringArgs.operator_namespace: Input should be a valid string"]),

@@ -112,7 +112,7 @@ def test_args_check_the_stack_they_are_given() -> None:
     with pytest.raises(InvalidComponentArgs) as err:
         GpuNodeLabelsArgs(stack=bad)
     assert err.value.lines == [
-        "GpuNodeLabelsArgs.stack.nodes[0]: bm-1: an ExistingGpuNode; pass ExistingGpuNode(...).resolve(), the node "
+        "GpuNodeLabelsArgs.stack.nodes[0] (bm-1): bm-1: an ExistingGpuNode; pass ExistingGpuNode(...).resolve(), the node "
         "as the stack sees it"
     ]
 
@@ -128,5 +128,5 @@ def test_per_node_ordering_names_nodes_of_the_stack() -> None:
 
 
 def test_existing_node_validation_names_the_field() -> None:
-    with pytest.raises(ValueError, match=r"ExistingGpuNode\.mig: A10 does not support MIG"):
+    with pytest.raises(ValueError, match=r"ExistingGpuNode \(bm-3\)\.mig: A10 does not support MIG"):
         ExistingGpuNode(name="bm-3", gpus={"A10": 1}, sharing="mig", mig="all-1g.5gb")

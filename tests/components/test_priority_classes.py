@@ -111,11 +111,11 @@ def test_priority_classes_get_the_spec_rules() -> None:
     with pytest.raises(InvalidComponentArgs) as err:
         GpuPriorityClassesArgs(classes=twice)  # type: ignore[arg-type]
     assert err.value.lines == [
-        "GpuPriorityClassesArgs.classes[3].name: system-x: the system- prefix is reserved for Kubernetes"
+        "GpuPriorityClassesArgs.classes[3] (system-x).name: system-x: the system- prefix is reserved for Kubernetes"
     ]
     with pytest.raises(InvalidComponentArgs) as err:
         GpuPriorityClassesArgs(classes=(*CLASSES, CLASSES[1]))
     assert err.value.lines == [
-        "GpuPriorityClassesArgs.classes[2].global_default: classes[1] is already the default",
-        "GpuPriorityClassesArgs.classes[2].name: PriorityClass name 'gpu-low' is already used by classes[1]",
+        "GpuPriorityClassesArgs.classes[2] (gpu-low).global_default: classes[1] is already the default",
+        "GpuPriorityClassesArgs.classes[2] (gpu-low).name: PriorityClass name 'gpu-low' is already used by classes[1]",
     ]
