@@ -7,9 +7,10 @@
 #    in place, so another copy (another stack on the same node) can rewrite a file while a step reads it. A step
 #    therefore runs from the store, ~/.proxmox-gpu-cluster/bundles/<step>-<fp>/, which nothing ever writes into:
 #    run from the copy, this prologue copies the bundle into a new directory beside the store's, checks it and
-#    renames it into place (a complete one there is left alone), then runs the store's step.sh. A store bundle that
-#    is not what its name says (damaged by hand) is replaced the same way: a checked copy renamed in, the damaged
-#    directory renamed aside first (a step started in between runs from the copy and installs it again).
+#    renames it into place (a complete one there, also one another run installed a moment ago, is left alone),
+#    then runs the store's step.sh. A store bundle that is not what its name says (damaged by hand) is replaced the
+#    same way: the damaged directory renamed aside, a checked copy renamed in (a step started in between runs from
+#    the copy and installs it again).
 # 2. The bundle checks itself: its directory's name ends in the fingerprint of its files (sha256 of the
 #    `sha256sum` listing of the files, C locale order).
 # 3. Secrets arrive on stdin and only there, one `NAME=<base64>` line each, for the known names only; they become
@@ -53,9 +54,16 @@ pgc_install() {
     done
     if [[ "$(pgc_fingerprint "$new")" == "$want" ]]; then
       chmod 755 "$new"
-      # A damaged bundle goes aside first (rename(2) does not replace a directory that holds files).
-      [[ ! -e "$final" ]] || mv -T -- "$final" "$(mktemp -u "${final%/*}/.old-$name.XXXXXX")"
-      mv -T -- "$new" "$final" 2>/dev/null || rm -rf -- "$new" # another install was first: its copy is checked
+      # rename(2) does not replace a directory that holds files: the first of several runs installing at once wins
+      # and the others keep its bundle, which its run may be about to exec.
+      mv -T -- "$new" "$final" 2>/dev/null && return 0
+      if [[ "$(pgc_fingerprint "$final" 2>/dev/null)" == "$want" ]]; then
+        rm -rf -- "$new"
+        return 0
+      fi
+      # A damaged bundle (edited by hand) goes aside, where a run reading it keeps its files, then the loop again.
+      mv -T -- "$final" "$(mktemp -u "${final%/*}/.old-$name.XXXXXX")" 2>/dev/null || true
+      mv -T -- "$new" "$final" 2>/dev/null || rm -rf -- "$new"
       continue
     fi
     rm -rf -- "$new"

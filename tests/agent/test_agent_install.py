@@ -143,3 +143,20 @@ def test_a_removed_agent_directory_fails_in_one_line_naming_the_step(tmp_path: P
             f"{step}: agent: expected {path}, saw nothing (the node agent copy is gone: replace this machine -agent "
             "resource with pulumi up --replace <its URN>)"
         ], proc.stderr
+
+
+def test_runs_starting_together_on_a_new_bundle_all_run_from_the_store(tmp_path: Path) -> None:
+    # Several steps (two stacks, or host prep and a worker's large-BAR step) start at once before the bundle is in
+    # the store: each installs it, the first rename wins, and no run may move a complete bundle aside while another
+    # is about to exec it ("step.sh: No such file or directory", seen in CI).
+    for round_ in range(4):
+        home = tmp_path / f"home{round_}"
+        bundle = copy_bundle(home, 'echo "ran $1"\n')
+        runs = [
+            subprocess.Popen(command(bundle, str(i)), cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i in range(8)
+        ]
+        outs = [run.communicate(timeout=60) for run in runs]
+        assert [(run.returncode, out) for run, (out, _) in zip(runs, outs)] == [(0, f"ran {i}\n") for i in range(8)], outs
+        store = home / ".proxmox-gpu-cluster" / "bundles"
+        assert sorted(p.name for p in store.iterdir()) == [bundle.name]  # nothing aside, no .new- left
