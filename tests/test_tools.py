@@ -50,6 +50,19 @@ def test_a_recipe_that_does_not_produce_what_it_provides_fails_the_build(tmp_pat
     assert _tools(tmp_path, "build", "absent").returncode == 2
 
 
+def test_a_failing_command_stops_the_recipe_even_when_it_later_produces_its_output(tmp_path: Path) -> None:
+    # (A go get that fails, then a go build that resolves something else and succeeds: the build must fail there.)
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "half.sh").write_text(
+        'VERSION=1\nPROVIDES="hello"\n'
+        'build() { echo "fetching" >&2; false; printf "#!/bin/sh\\n" > "$OUT/hello"; chmod +x "$OUT/hello"; }\n'
+    )
+    r = _tools(tmp_path, "build")
+    assert r.returncode == 1 and "tools: half failed" in r.stderr and "fetching" in r.stderr, r.stderr
+    assert not (tmp_path / "cache" / "bin" / "hello").exists()
+    assert not list((tmp_path / "cache" / "stamps").iterdir())
+
+
 def test_path_prints_the_cache_outside_the_clone(tmp_path: Path) -> None:
     r = _tools(tmp_path, "path")
     assert r.stdout.strip() == str(tmp_path / "cache")

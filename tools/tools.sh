@@ -44,13 +44,22 @@ for name in "${names[@]}"; do
   # Each recipe in a subshell: its variables and functions stay its own; a failure fails the whole build.
   log="$CACHE/logs/$name.log"
   mkdir -p "$CACHE/logs"
-  # The build's chatter (every module go downloads) goes to a log, shown only when the build fails.
+  # The build's chatter (every module go downloads) goes to a log, shown only when the build fails. The subshell is
+  # a statement of its own, not the left side of `||`: there bash ignores set -e inside it, and a recipe's failing
+  # command would not stop its build.
+  rc=0
+  set +e
   ( exec >"$log" 2>&1
     set -euo pipefail; OUT="$CACHE/bin"; export OUT WORK; cd "$WORK"
     # shellcheck source=/dev/null
     source "$recipe"; build
     for f in $provides; do [ -x "$OUT/$f" ] || { echo "tools: $name did not produce bin/$f" >&2; exit 1; }; done
-  ) || { rm -rf "$WORK"; tail -n 40 "$log" >&2; echo "tools: $name failed (whole log: $log)" >&2; exit 1; }
+  )
+  rc=$?
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    rm -rf "$WORK"; tail -n 40 "$log" >&2; echo "tools: $name failed (whole log: $log)" >&2; exit 1
+  fi
   rm -rf "$WORK"
   rm -f "$CACHE/stamps/$name@"*
   echo "$name built in $((SECONDS - start)) s" > "$stamp"

@@ -25,6 +25,7 @@ from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.core.shared_estate import ClusterClaim, estate_conflicts
 from proxmox_gpu_cluster.core.spec import ClusterSpec
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.gpu.dra_driver import DraDriver, DraDriverArgs
 from proxmox_gpu_cluster.gpu.gpu_monitoring import GpuMonitoring, GpuMonitoringArgs
@@ -155,6 +156,7 @@ class GpuCluster(pulumi.ComponentResource):
             )
         scope = StackScope(pulumi.get_project(), pulumi.get_stack(), "" if args.stack_scoped_names else name)
         _claim_estate(name, spec, scope)
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:cluster:GpuCluster", name, None, opts)
         self.spec = spec
         # With the agent no connection (nor the Proxmox provider) gets the key, so no step's state holds it.

@@ -10,6 +10,7 @@ from pydantic import Field
 from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.operator_spec import DraSpec
 from proxmox_gpu_cluster.core.spec_base import Name
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.helm import nvidia_release, privileged_namespace
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render.operator_values import dra_values
@@ -53,6 +54,7 @@ class DraDriver(pulumi.ComponentResource):
         """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
         reaches the release (and, as with any component, delays the registration of every child: what only the
         release waits for goes in ``args.release_after``)."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:dra_driver:DraDriver", name, None, opts)
         dra = args.dra
         namespace: pulumi.Input[str]

@@ -13,6 +13,7 @@ from proxmox_gpu_cluster.core.cluster_nodes import MonitoringTargets, monitoring
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.monitoring_spec import MonitoringSpec
 from proxmox_gpu_cluster.core.spec_base import Name
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render.alerts import prometheus_rule_spec
 from proxmox_gpu_cluster.render.dashboard import CONFIGMAP_NAME, dashboard_config_map
@@ -93,6 +94,7 @@ class GpuMonitoring(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuMonitoringArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
         reaches every object (the ServiceMonitor and PrometheusRule need the Prometheus Operator's CRDs)."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:gpu_monitoring:GpuMonitoring", name, None, opts)
         mon = args.monitoring
         operator_namespace = args.operator_namespace

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from proxmox_gpu_cluster.args import ComponentArgs
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 
@@ -70,6 +71,7 @@ class GpuNodeLabels(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuNodeLabelsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Kubernetes provider in ``opts.provider`` (the patches inherit it); ``opts.depends_on``
         reaches every patch."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:gpu_node:GpuNodeLabels", name, None, opts)
         stack, node_ready, replace_with = args.stack, args.node_ready, args.replace_with
         everyone = caller_dependencies(opts)

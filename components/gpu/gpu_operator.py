@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.gpu.gpu_node import stack_problems
 from proxmox_gpu_cluster.helm import nvidia_release, privileged_namespace
 from proxmox_gpu_cluster.node_agent import caller_dependencies
@@ -70,6 +71,7 @@ class GpuOperator(pulumi.ComponentResource):
         """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
         reaches the release (and, as with any component, delays the registration of every child: what only the
         release waits for goes in ``args.release_after``)."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:gpu_operator:GpuOperator", name, None, opts)
         stack, vgpu_registry_password = args.stack, args.vgpu_registry_password
         op = stack.operator

@@ -18,6 +18,7 @@ from proxmox_gpu_cluster.core.validation_scheduling import (
     quota_capacity_warnings,
     quota_problems,
 )
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 
 
@@ -75,6 +76,7 @@ class GpuQuotas(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuQuotasArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
         (e.g. the ``GpuPriorityClasses`` the scoped quotas name) reaches every ResourceQuota."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:gpu_quota:GpuQuotas", name, None, opts)
         for warning in args.warnings:
             pulumi.log.warn(warning, resource=self)

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from proxmox_gpu_cluster.args import ComponentArgs
 from proxmox_gpu_cluster.core.errors import SpecViolations
 from proxmox_gpu_cluster.core.spec import KubeVirtSpec
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render.gpu_stack import GpuNodes, nodes_problems
 from proxmox_gpu_cluster.render.kubevirt import API_VERSION, kubevirt_patch_spec
@@ -55,6 +56,7 @@ class KubeVirtGpuDevices(pulumi.ComponentResource):
     def __init__(self, name: str, args: KubeVirtGpuDevicesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Kubernetes provider in ``opts.provider`` (the patch inherits it); ``opts.depends_on``
         reaches the patch."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:kubevirt_devices:KubeVirtGpuDevices", name, None, opts)
         kv = args.kubevirt
         body = kubevirt_patch_spec(args.nodes, kv.feature_gates)

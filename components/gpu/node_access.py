@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 from proxmox_gpu_cluster.args import ComponentArgs
 from proxmox_gpu_cluster.core.spec_base import Name
 from proxmox_gpu_cluster.core.validation_hosts import reserved_slot_namespace
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render import node_rbac
 
@@ -58,6 +59,7 @@ class NodeStepAccess(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeStepAccessArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
         reaches the Namespace and the cluster-scoped objects."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:node_access:NodeStepAccess", name, None, opts)
         slot_namespace = args.slot_namespace
         child = pulumi.ResourceOptions(parent=self)

@@ -11,6 +11,7 @@ from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.scheduling_spec import PriorityClassSpec
 from proxmox_gpu_cluster.core.spec_base import field_path
 from proxmox_gpu_cluster.core.validation_scheduling import priority_class_problems
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 
 
@@ -42,6 +43,7 @@ class GpuPriorityClasses(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuPriorityClassesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Kubernetes provider in ``opts.provider`` (the children inherit it); ``opts.depends_on``
         reaches every PriorityClass."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:priority_classes:GpuPriorityClasses", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, depends_on=caller_dependencies(opts))
         created = [

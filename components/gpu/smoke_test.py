@@ -14,6 +14,7 @@ from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.operator_spec import SmokeTestSpec
 from proxmox_gpu_cluster.core.quoting import LINE_BREAKERS
 from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, Name
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 
 RERUN_ANNOTATION = "proxmox-gpu-cluster.io/depends-on"
@@ -66,6 +67,7 @@ class GpuSmokeTest(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuSmokeTestArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Kubernetes provider in ``opts.provider`` (the Job inherits it); ``opts.depends_on``: the
         operator release and capacity gates (the Job needs the device plugin and the RuntimeClass)."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:smoke_test:GpuSmokeTest", name, None, opts)
         test, resource, rerun_key = args.test, args.resource, args.rerun_key
         pod = kubernetes.core.v1.PodSpecArgs(

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.spec_base import EXTENDED_RESOURCE, HostName, Name
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import agent_unless_installed, caller_dependencies
 from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.render.guest_scripts import capacity_args
@@ -73,6 +74,7 @@ class NodeCapacityGate(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeCapacityGateArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the command provider in ``opts.provider``; ``opts.depends_on`` (the GPU stack: the operator
         release, the node's labels) reaches the gate's first steps."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:capacity_gate:NodeCapacityGate", name, None, opts)
         a = args
 
@@ -138,6 +140,7 @@ class NodeCapacityGates(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeCapacityGatesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the command provider in ``opts.provider`` (every gate inherits it); ``opts.depends_on``: what
         every gate waits for, through this group."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:capacity_gate:NodeCapacityGates", name, None, opts)
         prefix = args.child_prefix or name
         self.gates = {

@@ -12,6 +12,7 @@ from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.core.spec_base import HostName
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies, install_agent
 from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
 from proxmox_gpu_cluster.render.guest_scripts import (
@@ -112,6 +113,7 @@ class GuestBootstrap(pulumi.ComponentResource):
         """``opts``: the command provider in ``opts.provider`` (every step inherits it); ``opts.depends_on`` reaches
         the agent copy, and so every step: with a rollout (``bootstrap.rollout``) the steps act as the node itself,
         with kubelet's credential on the machine, so pass the cluster's ``NodeStepAccess`` (its RBAC) there."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:guest_bootstrap:GuestBootstrap", name, None, opts)
         bootstrap, host, user, port, replace_with = args.bootstrap, args.host, args.user, args.port, args.replace_with
         kubeadm = bootstrap.join_method == "kubeadm"

@@ -14,6 +14,7 @@ from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.core.spec_base import HostName, Name
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.render.agent_bundle import installed_step, step_command
 from proxmox_gpu_cluster.render.guest_scripts import mig_args
@@ -124,6 +125,7 @@ class MigDrain(pulumi.ComponentResource):
         ``NodeStepAccess``) reaches the step."""
         # The begin step keeps its URN: this component answers to the former two-phase component's.
         own = pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=FORMER_TYPE)])
+        require_cli()  # before anything registers
         super().__init__(
             "proxmox-gpu-cluster:mig_rollout:MigDrain", name, None, pulumi.ResourceOptions.merge(opts, own)
         )
@@ -161,6 +163,7 @@ class MigSettle(pulumi.ComponentResource):
     def __init__(self, name: str, args: MigSettleArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the command provider in ``opts.provider`` (both steps inherit it); ``opts.depends_on``: the
         node's ``MigDrain`` and label patch, and with ``vm`` the node agent's copy on the VM's Proxmox node."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:mig_rollout:MigSettle", name, None, opts)
         prefix = args.child_prefix or name
         former = pulumi.Alias(parent=self.urn.apply(lambda urn: _former_parent(urn, prefix)))

@@ -9,6 +9,7 @@ from pydantic import Field
 from proxmox_gpu_cluster.args import ComponentArgs
 from proxmox_gpu_cluster.core.names import StackScope, short_hash
 from proxmox_gpu_cluster.core.spec import Image
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.outputs import current_scope
 from proxmox_gpu_cluster.render.cloud_init import vendor_data
@@ -62,6 +63,7 @@ class WorkerBootFiles(pulumi.ComponentResource):
     def __init__(self, name: str, args: WorkerBootFilesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Proxmox provider in ``opts.provider`` (the children inherit it); ``opts.depends_on`` reaches
         every file."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:boot_files:WorkerBootFiles", name, None, opts)
         scope = args.scope or current_scope()
         node_name = args.node_name

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.spec import ProxmoxNode
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies, install_agent
 from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.render.host_scripts import (
@@ -82,6 +83,7 @@ class ProxmoxHostGpuPrep(pulumi.ComponentResource):
     def __init__(self, name: str, args: ProxmoxHostGpuPrepArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the command provider in ``opts.provider`` (every step inherits it); ``opts.depends_on`` reaches
         the agent copy, and so every step."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:host_gpu_prep:ProxmoxHostGpuPrep", name, None, opts)
         node, user, owner = args.node, args.ssh_user, args.owner
         connection = ssh_connection(node.ssh_address, user, args.ssh_private_key)

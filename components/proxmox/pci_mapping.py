@@ -19,6 +19,7 @@ from proxmox_gpu_cluster.core.errors import Problem, SpecError, SpecViolations
 from proxmox_gpu_cluster.core.iommu import NodePreflight, PciDevice, described_devices, pci_device, preflight_node
 from proxmox_gpu_cluster.core.names import StackScope
 from proxmox_gpu_cluster.core.spec import ClusterSpec, ProxmoxNode
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies
 from proxmox_gpu_cluster.outputs import current_scope, item
 
@@ -146,6 +147,7 @@ class GpuPciMappings(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuPciMappingsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the Proxmox provider in ``opts.provider`` (the children inherit it); ``opts.depends_on`` (host
         prep, when the mappings take its verified groups) reaches every mapping."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:pci_mapping:GpuPciMappings", name, None, opts)
         node, result = args.node, args.result
         scope = args.scope or current_scope()

@@ -11,6 +11,7 @@ from pydantic import Field
 from proxmox_gpu_cluster.args import ComponentArgs, Input
 from proxmox_gpu_cluster.core.spec import DrainSpec
 from proxmox_gpu_cluster.core.spec_base import ApiEndpoint, HostName, Name
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import agent_unless_installed, caller_dependencies
 from proxmox_gpu_cluster.render.agent_bundle import installed_step, step_command
 from proxmox_gpu_cluster.render.guest_scripts import drain_args
@@ -73,6 +74,7 @@ class WorkerRetirement(pulumi.ComponentResource):
     def __init__(self, name: str, args: WorkerRetirementArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the command provider in ``opts.provider``; ``opts.depends_on`` (the node's bootstrap, label
         patch, ``NodeStepAccess``) reaches the step; ``opts.protect`` reaches it too."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:worker_retirement:WorkerRetirement", name, None, opts)
         a = args
         guest_step = installed_step(a.guest_user, "drain")

@@ -14,6 +14,7 @@ from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.core.errors import Problem, SpecViolations
 from proxmox_gpu_cluster.core.spec_base import GpuModelKey, HostName
 from proxmox_gpu_cluster.core.worker_spec import Worker
+from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import agent_unless_installed, caller_dependencies
 from proxmox_gpu_cluster.render.agent_bundle import step_command
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
@@ -134,6 +135,7 @@ class GpuWorkerVm(pulumi.ComponentResource):
         also a command provider for the ``qm set`` step on the node, the node agent's ``large-bar`` step), or only
         the Proxmox one in ``opts.provider`` (the step then uses the default command provider); ``opts.depends_on``
         (the GPUs' mappings, host prep, the node's agent copy) reaches the VM."""
+        require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:worker_vm:GpuWorkerVm", name, None, opts)
         worker = args.worker
         password_mode = args.password_auth

@@ -153,10 +153,14 @@ def test_runs_starting_together_on_a_new_bundle_all_run_from_the_store(tmp_path:
         home = tmp_path / f"home{round_}"
         bundle = copy_bundle(home, 'echo "ran $1"\n')
         runs = [
-            subprocess.Popen(command(bundle, str(i)), cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                command(bundle, str(i)), cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
             for i in range(8)
         ]
         outs = [run.communicate(timeout=60) for run in runs]
-        assert [(run.returncode, out) for run, (out, _) in zip(runs, outs)] == [(0, f"ran {i}\n") for i in range(8)], outs
+        assert [(run.returncode, out) for run, (out, _) in zip(runs, outs, strict=True)] == [
+            (0, f"ran {i}\n") for i in range(8)
+        ], outs
         store = home / ".proxmox-gpu-cluster" / "bundles"
         assert sorted(p.name for p in store.iterdir()) == [bundle.name]  # nothing aside, no .new- left
