@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Step 4 of the guest bootstrap: kernel prerequisites, kubeadm/kubelet/kubectl from the Kubernetes apt
-# repository for one minor version (held), then `kubeadm join`. A node that has joined already is left alone; the
-# leftovers of a join that failed half-way (bootstrap-kubelet.conf, pki/ca.crt without kubelet.conf: a TLS
-# bootstrap that timed out), which fail kubeadm's preflight checks, are cleared with `kubeadm reset -f` first.
+# repository for one minor version (held) and cri-tools, then `kubeadm join`. A node that has joined already is
+# left alone; the leftovers of a join that failed half-way (bootstrap-kubelet.conf, pki/ca.crt without
+# kubelet.conf: a TLS bootstrap that timed out), which fail kubeadm's preflight checks, are cleared with
+# `kubeadm reset -f` first.
 # Sent after guest_lib.sh.
 #
 # Usage: guest_join.sh --node-name NAME --api-endpoint HOST:PORT|[IPV6]:PORT --minor NN
@@ -76,6 +77,7 @@ install_kubernetes() {
     have="$(installed_version "$pkg")"
     [[ "$have" == "1.$minor."* ]] || current=0
   done
+  [[ -n "$(installed_version cri-tools)" ]] || current=0
   if ((current)); then
     echo "kubernetes: packages 1.$minor (present)"
     return 0
@@ -86,7 +88,22 @@ install_kubernetes() {
   fi
   apt_repo kubernetes "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/Release.key" \
     "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/ /"
-  apt_install "${PACKAGES[@]}"
+  apt_update
+  # The minor's newest build, named: apt never picks an older version by itself, so `apt-get install kubeadm`
+  # on a node holding 1.(N+1) would keep it (a kubelet newer than the control plane) when the minor went down
+  # before the join (apt_preferences(5): a downgrade needs a pin priority above 1000 or an explicit version).
+  local build pkg pinned=()
+  build="$(apt-cache madison kubeadm | awk -v want="1.$minor." '{ if (index($3, want) == 1) { print $3; exit } }')"
+  [[ -n "$build" ]] || fail "kubeadm 1.$minor.x" "a build in pkgs.k8s.io v1.$minor" "none (apt-cache madison kubeadm)"
+  for pkg in "${PACKAGES[@]}"; do pinned+=("$pkg=$build"); done
+  # crictl (cri-tools), which the verify step asks for the running containerd's config: kubeadm depends on it only
+  # in 1.30 and 1.31 (kubernetes/release cmd/krel/templates/latest/metadata.yaml), so it is named; the minor's
+  # repository has its build.
+  apt_install "${pinned[@]}" cri-tools
+  for pkg in "${PACKAGES[@]}"; do
+    have="$(installed_version "$pkg")"
+    [[ "$have" == "$build" ]] || fail "$pkg after apt-get install" "$build" "${have:-not installed}"
+  done
 }
 
 # kubelet_enabled: kubelet starts at boot (checked every run: a run killed after the install did not enable it).

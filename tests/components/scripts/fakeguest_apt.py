@@ -46,17 +46,24 @@ for a in $pkgs; do
   p="${a%%=*}"; v="${a#*=}"; f="$R/var/lib/fake-archive/$p"
   if [ "$cmd" = purge ]; then todo="$todo $p"; continue; fi
   [ -f "$f" ] || { echo "E: Unable to locate package $p" >&2; exit 100; }
-  [ "$v" = "$a" ] && v="$(head -n 1 "$f")"
-  grep -qxF "$v" "$f" || { echo "E: Version '$v' for '$p' was not found" >&2; exit 100; }
+  old="$(cat "$D/$p" 2>/dev/null || true)"
+  if [ "$v" = "$a" ]; then
+    # No version named: the candidate, the archive's newest, unless the installed one is newer: apt never picks
+    # an older version by itself, --allow-downgrades or not (apt_preferences(5); test_real_apt_join.py).
+    v="$(head -n 1 "$f")"
+    if [ -n "$old" ] && /usr/bin/dpkg --compare-versions "$v" lt "$old"; then v="$old"; fi
+  fi
+  grep -qxF "$v" "$f" || [ "$v" = "$old" ] || { echo "E: Version '$v' for '$p' was not found" >&2; exit 100; }
   if [ -z "$change_held" ] && grep -qxF "$p" "$R/var/lib/fake-holds" 2>/dev/null && [ "$(cat "$D/$p" 2>/dev/null)" != "$v" ]; then
     echo "E: Held packages were changed and -y was used without --allow-change-held-packages." >&2; exit 100
   fi
-  old="$(cat "$D/$p" 2>/dev/null || true)"
   if [ -z "$downgrades" ] && [ -n "$old" ] && /usr/bin/dpkg --compare-versions "$v" lt "$old"; then
     echo "E: Packages were downgraded and -y was used without --allow-downgrades." >&2; exit 100
   fi
   todo="$todo $p=$v"
-  [ "$p" = kubeadm ] && todo="$todo cri-tools=1.34.0-1.1"  # kubeadm depends on cri-tools (crictl)
+  # kubeadm 1.30 and 1.31 depend on cri-tools, later ones on nothing (kubernetes/release
+  # cmd/krel/templates/latest/metadata.yaml; k8srepo.py).
+  case "$p=$v" in kubeadm=1.30.* | kubeadm=1.31.*) todo="$todo cri-tools=1.30.0-1.1" ;; esac
 done
 mkdir -p "$D" "$S"
 if [ "$cmd" = purge ]; then
