@@ -1,5 +1,5 @@
-"""The oldest Pulumi CLI (engine) the library runs under, and the check every machine component makes before it
-registers anything.
+"""The oldest Pulumi CLI (engine) the library runs under, and the check every component makes before it registers
+anything.
 
 Why 3.207.0: the components replace each machine's steps with the machine through the ``replaceWith`` resource
 option (pulumi/pulumi#20693, first released in CLI 3.207.0). An older engine does not advertise the feature, and the
