@@ -95,12 +95,11 @@ class SpecModel(BaseModel):
         """pydantic's ``model_validate``, with the problems as the constructor reports them: every one at once as
         one ``InvalidSpecModel`` (the library's error type), never a ``ValidationError`` traceback. A stack file
         goes through ``load_spec`` / ``load_model`` instead (camelCase keys only, ``cluster.<path>`` lines)."""
-        given = {"strict": strict, "extra": extra, "from_attributes": from_attributes, "context": context,
-                 "by_alias": by_alias, "by_name": by_name}  # fmt: skip
-        # Only the options given: pydantic 2.11 (the declared floor) has no ``extra`` option yet.
-        options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         try:
-            return super().model_validate(obj, **options)
+            return super().model_validate(
+                obj, strict=strict, extra=extra, from_attributes=from_attributes, context=context,
+                by_alias=by_alias, by_name=by_name,
+            )  # fmt: skip
         except ValidationError as err:
             data = obj if isinstance(obj, Mapping) else {}
             raise invalid_spec_model(_root(cls, data), python_problems(cls, err, data)) from None
