@@ -3,6 +3,7 @@ sys.path as the bundle's is), and wire them to a FakeCluster's kubectl with a no
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import sys
 from pathlib import Path
@@ -63,3 +64,17 @@ def held(fake: FakeCluster) -> dict[str, str]:
     return {
         key.removeprefix(prefix): h for key, cm in maps if key.startswith(prefix) and (h := cm["data"].get("holder"))
     }
+
+
+def concurrent_takes(takers: list[Any]) -> set[str]:
+    """The slots that runs of one node's step (``Rollout``s), all taking at once from threads, ended up with (each
+    tries up to 20 times; one that never gets a slot fails the test)."""
+
+    def take(r: Any) -> str:
+        for _ in range(20):
+            if (slot := r.take()) is not None:
+                return str(slot)
+        raise AssertionError("no slot")
+
+    with concurrent.futures.ThreadPoolExecutor(len(takers)) as pool:
+        return set(pool.map(take, takers))

@@ -3,7 +3,6 @@ concurrency, expiry, recovery after a killed run, what a failure says, and API s
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,17 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from tests.agent.agent import ENDPOINT, KUBECONFIG, cluster, held, kube, kubeapi, make_cluster, rollout
+from tests.agent.agent import (
+    ENDPOINT,
+    KUBECONFIG,
+    cluster,
+    concurrent_takes,
+    held,
+    kube,
+    kubeapi,
+    make_cluster,
+    rollout,
+)
 from tests.components.scripts.fakekube import SLOT_NAMESPACE, FakeCluster, Pod
 
 SLOT0, SLOT1 = "proxmox-gpu-cluster-rollout-0", "proxmox-gpu-cluster-rollout-1"
@@ -62,15 +71,7 @@ def test_concurrent_takers_for_one_node_settle_on_one_slot(tmp_path: Path, slots
         (tmp_path / str(round_)).mkdir()
         fake = make_cluster(tmp_path / str(round_), ["gpu-a"])
         takers = [rollout(fake, tmp_path / str(round_), "gpu-a", max_unavailable=slots) for _ in range(4)]
-
-        def take(r: Any) -> str:
-            for _ in range(20):
-                if (slot := r.take()) is not None:
-                    return str(slot)
-            raise AssertionError("no slot")
-
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            taken = set(pool.map(take, takers))
+        taken = concurrent_takes(takers)
         assert len(taken) == 1, taken
         assert held(fake) == {taken.pop(): "gpu-a"}
 

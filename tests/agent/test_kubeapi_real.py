@@ -6,7 +6,6 @@ MIG begin and end, the capacity gate, and the retirement's delete."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime
 import json
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.agent.agent import capacity, cluster, kubeapi
+from tests.agent.agent import capacity, cluster, concurrent_takes, kubeapi
 from tests.kubeapi_real import RealCluster, real_cluster
 
 __all__ = ["real_cluster"]  # the fixture, imported for pytest
@@ -92,15 +91,7 @@ def test_concurrent_takers_for_one_node_settle_on_one_slot(real_cluster: RealClu
     # existing name: 409 AlreadyExists) decides which of four runs for one node wins.
     w = World(real_cluster, tmp_path, "gpu-a")
     takers = [w.rollout("gpu-a", max_unavailable=2) for _ in range(4)]
-
-    def take(r: Any) -> str:
-        for _ in range(20):
-            if (slot := r.take()) is not None:
-                return str(slot)
-        raise AssertionError("no slot")
-
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        taken = set(pool.map(take, takers))
+    taken = concurrent_takes(takers)
     assert len(taken) == 1, taken
     assert w.held() == {taken.pop(): w.nodes["gpu-a"]}
 
