@@ -9,10 +9,12 @@
 # On a node that has joined the cluster, a change that takes it out of service (a driver install, a kernel
 # argument, a vfio binding, a reboot still due) first takes a rollout slot, cordons and drains it, so the new
 # driver never meets running or new GPU pods; the verify step uncordons it. Sent after guest_rollout.sh.
-# Packages: nvidia-headless-<branch>[-server][-open] (driver, DKMS module source, compute libraries; no X
-# stack) and nvidia-utils-<branch>[-server] (nvidia-smi), from Ubuntu's restricted archive, with the rest of their
-# family at the same build, plus the headers of the running kernel and the kernel-tracking headers metapackage, so
-# DKMS builds the module for every later kernel (guest_driver_apt.sh, sent before this file).
+# Packages, from Ubuntu's restricted archive, with the rest of their family at the same build (guest_driver_apt.sh,
+# sent before this file): nvidia-utils-<branch>[-server] (nvidia-smi) and the driver without an X stack, its kernel
+# module either Ubuntu's precompiled, signed one for the running kernel (nvidia-headless-no-dkms-...[-open] plus
+# linux-modules-nvidia-...-<kernel>: no build, loads under Secure Boot) when the archive has it built against the
+# chosen build, or else built by DKMS (nvidia-headless-<branch>[-server][-open] plus the running kernel's headers
+# and the kernel-tracking headers metapackage, so DKMS builds it for every later kernel).
 # --purge (the destroy command, only when the spec asks): unhold and purge those packages, nothing else.
 #
 # A reboot is scheduled only when the running kernel cannot pick a change up, as observed on every run: nouveau
@@ -63,11 +65,17 @@ done
 [[ "$modules" =~ ^(open|proprietary)$ ]] || fail "--modules" "open or proprietary" "'$modules'"
 [[ -z "$version" || "$version" =~ ^$branch\.[0-9]+(\.[0-9]+)?$ ]] || fail "--version" "a $branch.x version" "'$version'"
 
-suffix=""
+suffix="" open=""
 [[ "$flavor" == server ]] && suffix="-server"
-driver_pkg="nvidia-headless-$branch$suffix"
-[[ "$modules" == open ]] && driver_pkg="$driver_pkg-open"
+[[ "$modules" == open ]] && open="-open"
+dkms_pkg="nvidia-headless-$branch$suffix$open"        # the driver with DKMS (its dependency nvidia-dkms builds)
+# shellcheck disable=SC2034 # nodkms_pkg and nvidia_dkms: read in guest_driver_apt.sh
+{
+  nodkms_pkg="nvidia-headless-no-dkms-$branch$suffix$open" # the driver without a module (precompiled modules)
+  nvidia_dkms="nvidia-dkms-$branch$suffix$open"
+}
 utils_pkg="nvidia-utils-$branch$suffix"
+driver_pkg="$dkms_pkg" # what this node runs: set from the machine by driver_anchor (guest_driver_apt.sh)
 BLACKLIST="/etc/modprobe.d/blacklist-nouveau.conf"
 GRUB_DROPIN="/etc/default/grub.d/90-proxmox-gpu-cluster.cfg"
 VFIO_OPTIONS="/etc/modprobe.d/proxmox-gpu-cluster-vfio.conf"
@@ -296,6 +304,7 @@ change_pending() {
 main() {
   local why reason
   guest_begin
+  driver_anchor
   if ((purge)); then
     [[ "$mode" == host ]] && purge_driver
     return 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The driver step's packages (guest_driver.sh, sent after this file, sets driver_pkg, utils_pkg, branch and
-# version): Ubuntu's NVIDIA driver at one exact build, the kernel headers DKMS builds the module with, the holds
-# and the purge. Sent after guest_lib.sh.
+# The driver step's packages (guest_driver.sh, sent after this file, sets the package names, branch and version):
+# Ubuntu's NVIDIA driver at one exact build, its kernel module (precompiled or DKMS's, with the kernel headers DKMS
+# builds it with), the holds and the purge. Sent after guest_lib.sh.
 #
 # Why every package of the driver's family is named with its version: Ubuntu's driver packages depend on each other
 # at exact versions (nvidia-headless-no-dkms-B on libnvidia-compute-B (= ${binary:Version}) and the others,
@@ -17,7 +17,7 @@
 # "nvidia-headless-570-server-open Depends: nvidia-headless-580-server-open", section oldlibs; the same repository,
 # commit d27e751b "Release transitionals to 580"). Installing one would install the successor's driver under the
 # old name; the step refuses before installing anything.
-# shellcheck disable=SC2154 # driver_pkg, utils_pkg, branch and version are set by guest_driver.sh
+# shellcheck disable=SC2154 # the package names, branch, suffix, open and version are set by guest_driver.sh
 set -euo pipefail
 
 # archive_records <package=version>...: RECORDS: the archive's control records of those versions (apt-cache show
@@ -80,6 +80,66 @@ refuse_transitional() {
   done < <(record_fields "$RECORDS")
 }
 
+# The kernel module comes precompiled when the archive has it for the running kernel at the chosen build, by DKMS
+# otherwise. Ubuntu's linux-restricted-modules publishes, per kernel, linux-modules-nvidia-<B>[-server][-open]-<kernel>
+# (the signed module under /lib/modules/<kernel>/kernel/) depending on nvidia-kernel-common-<B>[-server] at exactly
+# the upstream version it was built against, and per kernel flavour a metapackage (...-generic) that depends on the
+# newest kernel's; ubuntu-drivers installs that pair and falls back to nvidia-dkms when the kernel's package is
+# missing (canonical/ubuntu-drivers-common, UbuntuDrivers/detect.py, get_linux_modules_metapackage). The packages
+# are built against the archive's current build of each branch only, so an older pinned build gets DKMS.
+
+# lrm_name <kernel or flavour>: the precompiled modules package of this driver for it.
+lrm_name() {
+  printf 'linux-modules-nvidia-%s%s%s-%s\n' "$branch" "$suffix" "$open" "$1"
+}
+
+# built_against <records>: "<package> <version> <upstream>" per record that depends on this branch's
+# nvidia-kernel-common at ">= <upstream>" (the build the precompiled module was made for).
+built_against() {
+  awk -v common="nvidia-kernel-common-$branch$suffix" '
+    /^Package: / { p = $2 } /^Version: / { v = $2 }
+    /^Depends: / {
+      n = split(substr($0, 10), deps, /, */)
+      for (i = 1; i <= n; i++) if (index(deps[i], common " (>= ") == 1) {
+        u = substr(deps[i], length(common) + 6); sub(/\).*/, "", u); print p, v, u
+      }
+    }' <<<"$1"
+}
+
+# precompiled_for <kernel> <upstream>: PRECOMPILED: "<package>=<version>" of the archive's precompiled module for
+# that kernel built against that upstream version (exit 1 and empty when it has none).
+precompiled_for() {
+  local pkg ver up
+  PRECOMPILED=""
+  archive_records "$(lrm_name "$1")"
+  while read -r pkg ver up; do
+    if [[ "$up" == "$2" ]]; then
+      PRECOMPILED="$pkg=$ver"
+      return 0
+    fi
+  done < <(built_against "$RECORDS")
+  return 1
+}
+
+# driver_anchor: driver_pkg is the package that says which build this node runs: nvidia-headless-<...> when the
+# module is DKMS's, nvidia-headless-no-dkms-<...> alone when it is precompiled (no such package: a new node, DKMS's
+# name until install_driver chooses).
+driver_anchor() {
+  if [[ -z "$(installed_version "$dkms_pkg")" && -n "$(installed_version "$nodkms_pkg")" ]]; then
+    driver_pkg="$nodkms_pkg"
+  fi
+}
+
+# installed_matching <glob>: "<package>-" (apt-get's removal) for each package matching the glob that is on the
+# machine in any state but "not installed" or "config-files" (dpkg-query(1)): a run killed inside apt-get may leave
+# the selection at deinstall ("ri"), which apt-get install ignores and would upgrade instead.
+installed_matching() {
+  local status pkg
+  while read -r status pkg; do
+    if [[ "$status" == ?[iUFWth]* ]]; then printf '%s-\n' "$pkg"; fi
+  done < <(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "$1" 2>/dev/null || true)
+}
+
 # tracking_headers <dpkg-query listing of linux-image-*>: the linux-headers metapackage of every installed kernel
 # metapackage (linux-image-virtual -> linux-headers-virtual). With it, each kernel update (unattended-upgrades)
 # brings that kernel's headers, and DKMS (nvidia-dkms, a dependency of the headless package) builds the NVIDIA
@@ -92,11 +152,43 @@ tracking_headers() {
   done <<<"$1"
 }
 
-# follow_kernel_updates: the running kernel's headers and the kernel-tracking headers are installed (never held:
-# they must follow the kernel). A guest that booted a kernel without headers (no module: nvidia-smi fails) is
-# repaired here: the headers make DKMS build the module, which module_current then loads, without a reboot.
+# flavour_follows <upstream>: FLAVOUR_META: "<package>=<version>" of the precompiled modules' flavour metapackage
+# (linux-modules-nvidia-...-generic) when the archive's newest one depends on a kernel's module built against that
+# upstream version (exit 1 otherwise: Ubuntu has moved on to another build, so later kernels' modules will not fit).
+flavour_follows() {
+  local kernel flavour meta newest kind name
+  kernel="$(uname -r)"
+  flavour="${kernel#*-}"
+  meta="$(lrm_name "${flavour#*-}")" # 6.8.0-49-generic -> ...-generic
+  FLAVOUR_META=""
+  newest="$(apt-cache madison "$meta" 2>/dev/null | awk '{ print $3; exit }')"
+  [[ -n "$newest" ]] || return 1
+  archive_records "$meta=$newest"
+  while read -r kind name; do
+    if [[ "$kind" == D && "$name" == "$(lrm_name "")"[0-9]* ]] && precompiled_for "${name#"$(lrm_name "")"}" "$1"; then
+      FLAVOUR_META="$meta=$newest"
+      return 0
+    fi
+  done < <(record_fields "$RECORDS")
+  return 1
+}
+
+# follow_kernel_updates: a later kernel gets this build's module too. DKMS: the running kernel's headers and the
+# kernel-tracking headers are installed (never held: they must follow the kernel); a guest that booted a kernel
+# without headers (no module: nvidia-smi fails) is repaired here: the headers make DKMS build the module, which
+# module_current then loads, without a reboot. Precompiled: the flavour metapackage, which brings each new kernel's
+# module with it (ubuntu-drivers' choice), while the archive's is built against this build; once it is not
+# (Ubuntu published a newer build), DKMS as above, as the safety net for the next kernel.
 follow_kernel_updates() {
-  local pkg running images wanted missing=()
+  local pkg running images wanted missing=() have
+  if [[ "$driver_pkg" == "$nodkms_pkg" ]]; then
+    have="$(installed_version "$driver_pkg")"
+    if [[ -n "$(installed_version "$(lrm_name "$(uname -r)")")" ]] && flavour_follows "${have%%-*}"; then
+      [[ -n "$(installed_version "${FLAVOUR_META%%=*}")" ]] || apt_install "$FLAVOUR_META"
+      return 0
+    fi
+    [[ -n "$(installed_version "$nvidia_dkms")" ]] || missing+=("$nvidia_dkms=$have")
+  fi
   running="linux-headers-$(uname -r)"
   # In this shell, not inside $(...): a failing query fails the step (read as "no kernel", it would skip them).
   images="$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'linux-image-*')"
@@ -112,10 +204,11 @@ follow_kernel_updates() {
 
 # install_driver: the driver packages at the pin (a branch pin alone: the archive's newest build when none is
 # installed), the whole family at that exact build, installed and configured (dpkg ii), and held (checked every run).
-# Lowering the pin downgrades the family (apt_install allows downgrades).
+# Lowering the pin downgrades the family (apt_install allows downgrades). The module: precompiled when the archive
+# has it for the running kernel at that build (the DKMS packages go), DKMS otherwise (precompiled ones go).
 install_driver() {
-  local have want headers
-  headers="linux-headers-$(uname -r)"
+  local have want kernel gone=()
+  kernel="$(uname -r)"
   have="$(installed_version "$driver_pkg")"
   if [[ -n "$have" && "$(installed_version "$utils_pkg")" == "$have" && ("$have" == "$version"-* || -z "$version") ]]; then
     # Branch pin only: whatever 580.x is installed stays (the packages are held; upgrades are explicit).
@@ -123,6 +216,7 @@ install_driver() {
   else
     dpkg_repair
     apt_update
+    driver_pkg="$dkms_pkg" # the archive's name for the driver either way (and what a retired branch renames)
     if [[ -n "$version" ]]; then
       want="$(candidate "$driver_pkg" "$version")"
     else
@@ -131,12 +225,26 @@ install_driver() {
     [[ -n "$want" ]] || fail "$driver_pkg" "a ${version:-$branch}-* package in the archive" \
       "$(apt-cache madison "$driver_pkg" | awk '{print $3}' | paste -sd, - || true)"
     refuse_transitional "$want"
-    driver_family "$want" "$driver_pkg" "$utils_pkg"
-    apt_install "$headers" "${FAMILY[@]/%/=$want}"
+    if precompiled_for "$kernel" "${want%%-*}"; then
+      driver_pkg="$nodkms_pkg"
+      mapfile -t gone < <(installed_matching "$dkms_pkg"; installed_matching "$nvidia_dkms")
+      driver_family "$want" "$driver_pkg" "$utils_pkg"
+      apt_install "${FAMILY[@]/%/=$want}" "$PRECOMPILED" "${gone[@]}"
+      echo "driver: module precompiled and signed (${PRECOMPILED%%=*}): no DKMS build"
+    else
+      mapfile -t gone < <(installed_matching "$(lrm_name '*')")
+      driver_family "$want" "$driver_pkg" "$utils_pkg"
+      apt_install "linux-headers-$kernel" "${FAMILY[@]/%/=$want}" "${gone[@]}"
+      echo "driver: module built by DKMS (the archive has no precompiled one for kernel $kernel at ${want%%-*})"
+    fi
     mark_dependencies
     echo "driver: $driver_pkg $(installed_version "$driver_pkg") (installed)"
   fi
   hold "$driver_pkg" "$utils_pkg"
+  # The other way's driver package keeps no hold (a switch between the two, or a run killed before this line).
+  if grep -qxF "$nodkms_pkg" <<<"$(apt-mark showhold)" && [[ "$driver_pkg" != "$nodkms_pkg" ]]; then
+    tool "apt-mark unhold" apt-mark unhold "$nodkms_pkg"
+  fi
 }
 
 # mark_dependencies: the family's other packages back to "automatically installed", as apt marks dependencies (a
@@ -152,11 +260,15 @@ mark_dependencies() {
   fi
 }
 
+# purge_driver: the driver, the utilities and the precompiled modules (the module is part of the driver).
 purge_driver() {
   local pkgs=() pkg
   for pkg in "$driver_pkg" "$utils_pkg"; do
     [[ -n "$(installed_version "$pkg")" ]] && pkgs+=("$pkg")
   done
+  while read -r pkg; do
+    [[ -z "$pkg" ]] || pkgs+=("${pkg%-}")
+  done < <(installed_matching "$(lrm_name '*')")
   if ((${#pkgs[@]} == 0)); then
     echo "driver: nothing to purge"
     return 0

@@ -18,8 +18,8 @@ The shape, and where it comes from:
 - Precompiled modules (linux-restricted-modules): ``linux-modules-nvidia-B[-server][-open]-<kernel>`` depends on
   the kernel image, ``linux-signatures-nvidia-<kernel>`` and ``nvidia-kernel-common-B`` in ``(<= U-1), (>= U)`` of the
   driver it was built against (the shape apt prints in elementary/settings-system issue #233), and ships the signed
-  module under ``/lib/modules/<kernel>/kernel/nvidia-B[srv][-open]/``; ``linux-modules-nvidia-B[...]-generic``
-  follows the newest kernel.
+  module under ``/lib/modules/<kernel>/kernel/nvidia-B[srv][-open]/``; the flavour metapackage
+  ``linux-modules-nvidia-B[...]-generic`` follows the kernel the flavour metapackages follow (precompiled_flavour).
 No package has maintainer scripts (dpkg then needs no chroot into the test's root); DKMS's build is modelled by
 realapt.py. Built once per test session (about a second).
 """
@@ -137,6 +137,26 @@ def precompiled(branch: str, server: bool, version: str, kernel: str) -> list[Pa
     return out
 
 
+def precompiled_flavour(branch: str, server: bool, version: str, kernel: str) -> list[Package]:
+    """The flavour metapackages of the precompiled modules (``linux-modules-nvidia-B[-server][-open]-generic``,
+    plain and open), following ``kernel``: they depend on its modules package at exactly its version and on
+    ``nvidia-kernel-common-B (>= U)`` (packages.ubuntu.com, noble-updates, linux-modules-nvidia-580-open-generic)."""
+    f = f"{branch}-server" if server else branch
+    up = version.split("-", maxsplit=1)[0]
+    abi = kernel.removesuffix("-generic")
+    lrm = f"{abi}.{abi.split('-')[1]}+1"
+    return [
+        Package(
+            f"linux-modules-nvidia-{f}{open_}-generic",
+            lrm,
+            (f"linux-modules-nvidia-{f}{open_}-{kernel} (= {lrm})", f"nvidia-kernel-common-{f} (>= {up})"),
+            section="kernel",
+            source="linux-restricted-modules",
+        )
+        for open_ in ("", "-open")
+    ]
+
+
 def kernel_packages() -> list[Package]:
     """The kernel images and headers, the flavour metapackages (following the first kernel), dkms and adduser."""
     out = [Package("dkms", "3.0.11-1ubuntu13", section="admin"), Package("adduser", "3.137ubuntu1", section="admin")]
@@ -190,6 +210,7 @@ def ubuntu_nvidia_archive() -> list[Package]:
                 out += driver_source(branch, server, version)
             for kernel in KERNELS:
                 out += [p for p in precompiled(branch, server, versions[-1], kernel) if p not in out]
+            out += precompiled_flavour(branch, server, versions[-1], KERNELS[0])
     for branch, (version, successor) in RETIRED.items():
         for server in (True, False):
             out += transitional(branch, server, version, successor)
@@ -212,6 +233,8 @@ def build(packages: list[Package], repo: Path) -> Path:
                 (tree / path).parent.mkdir(parents=True, exist_ok=True)
                 (tree / path).write_text(content)
             deb = repo / f"{p.name}_{p.version}_amd64.deb"
+            # A new file, never one written through: a later archive's debs are hard links to an earlier one's.
+            deb.unlink(missing_ok=True)
             # -Znone: nothing to gain from compressing a few bytes; --nocheck: the control file is ours (dpkg and
             # apt-ftparchive parse it anyway); --root-owner-group: the files belong to root.
             subprocess.run(

@@ -218,7 +218,10 @@ class FakeGuest(FakeRoot):
                     target.write_text(value + "\n")
         if "vfio_pci" in wanted:
             self.run_stdin("modprobe vfio-pci\n")
-        ko = self.root / f"lib/modules/{kernel}/updates/dkms/nvidia.ko"
+        # udev loads the module modprobe finds: DKMS's under updates/ before a precompiled one (fakeguest_tools.py).
+        found = [self.root / f"lib/modules/{kernel}/updates/dkms/nvidia.ko"]
+        found += sorted((self.root / f"lib/modules/{kernel}/kernel").glob("nvidia-*/nvidia.ko"))
+        ko = next((f for f in found if f.exists()), found[0])
         nouveau = (self.root / "sys/module/nouveau").exists()
         if ko.exists() and not nouveau and self.driver_of() != "vfio-pci":
             self.write("sys/module/nvidia/version", ko.read_text())

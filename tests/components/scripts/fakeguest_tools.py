@@ -83,9 +83,20 @@ _BIND_VFIO = r"""bind_vfio() {
 }
 """
 
+# find_module <name>: the module file modprobe and modinfo use for the running kernel: DKMS's build under updates/
+# before a precompiled one under kernel/ (Ubuntu's /etc/depmod.d/ubuntu.conf: "search updates ubuntu built-in";
+# depmod.d(5)); nothing when there is neither.
+_FIND_MODULE = r"""find_module() {
+  d="$R/lib/modules/$(cat "$R/fake-kernel")"
+  for f in "$d/updates/dkms/$1.ko" "$d"/kernel/nvidia-*/"$1.ko"; do [ -f "$f" ] && { echo "$f"; return; }; done
+  echo "$d/updates/dkms/$1.ko"
+}
+"""
+
 _MODPROBE = (
     _BIND_VFIO
-    + r"""ko="$R/lib/modules/$(cat "$R/fake-kernel")/updates/dkms/nvidia.ko"
+    + _FIND_MODULE
+    + r"""ko="$(find_module nvidia)"
 if [ "$1" = -r ]; then
   [ -f "$R/nouveau-busy" ] && [ "$2" = nouveau ] && { echo "modprobe: FATAL: Module nouveau is in use." >&2; exit 1; }
   rm -rf "$R/sys/module/$2"; exit 0
@@ -105,10 +116,13 @@ br_netfilter)
 esac"""
 )
 
-_MODINFO = r"""ko="$R/lib/modules/$(cat "$R/fake-kernel")/updates/dkms/$3.ko"
+_MODINFO = (
+    _FIND_MODULE
+    + r"""ko="$(find_module "$3")"
 [ -f "$ko" ] || { echo "modinfo: ERROR: Module $3 not found." >&2; exit 1; }
 cat "$ko"
 """
+)
 
 # grub-mkconfig: source /etc/default/grub then grub.d/*.cfg, write grub.cfg.new and rename it.
 _UPDATE_GRUB = r"""k="$(cat "$R/fake-kernel")"; mkdir -p "$R/boot/grub"

@@ -18,13 +18,11 @@ from tests.components.scripts.aptrepo import (
     TOOLKIT_BUILDS,
     build,
     flavour_metapackages,
-    ubuntu_nvidia_archive,
 )
 from tests.components.scripts.fakeguest import MUTATING, FakeGuest
 from tests.components.scripts.fakeroot import SCRIPTS
 from tests.components.scripts.realapt import RealAptGuest
 from tests.components.scripts.test_guest_bootstrap_scripts import spec
-from tests.support import external
 
 pytestmark = pytest.mark.slow
 
@@ -42,17 +40,19 @@ FAMILY_OPEN = (
     "nvidia-kernel-common-580-server",
 )
 """The packages of one 580-server build a headless install of the open modules brings (aptrepo.driver_source)."""
+PRECOMPILED_OPEN = (
+    "nvidia-headless-no-dkms-580-server-open",
+    *(p for p in FAMILY_OPEN if p not in ("nvidia-headless-580-server-open", "nvidia-dkms-580-server-open")),
+)
+"""The same build with Ubuntu's precompiled module: no DKMS metapackage, no nvidia-dkms."""
+HOLDS = {
+    "dkms": {"nvidia-headless-580-server-open", "nvidia-utils-580-server"},
+    "precompiled": {"nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server"},
+}
 
 
 def up(version: str) -> str:
     return version.split("-", maxsplit=1)[0]
-
-
-@pytest.fixture(scope="session")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    for tool, package in (("dpkg-deb", "dpkg"), ("apt-ftparchive", "apt-utils"), ("apt-get", "apt")):
-        external(Path(f"/usr/bin/{tool}"), tool, f"install it with: apt-get install {package}")
-    return build(ubuntu_nvidia_archive(), tmp_path_factory.mktemp("archive") / "repo")
 
 
 @pytest.fixture
@@ -81,6 +81,23 @@ def family_at(guest: RealAptGuest, version: str, family: tuple[str, ...] = FAMIL
     assert guest.read("sys/module/nvidia/version").strip() == up(version)  # the DKMS-built module runs
 
 
+def modules_at(guest: RealAptGuest, version: str, kind: str) -> None:
+    """The node runs ``version`` with its module from DKMS or precompiled, and nothing of the other kind."""
+    status, kernel = guest.status(), guest.read("fake-kernel").strip()
+    lrm = [p for p in status if p.startswith("linux-modules-nvidia-")]
+    dkms_ko = guest.root / f"lib/modules/{kernel}/updates/dkms/nvidia.ko"
+    if kind == "dkms":
+        family_at(guest, version)
+        assert lrm == [] and dkms_ko.exists()
+    else:
+        family_at(guest, version, PRECOMPILED_OPEN)
+        assert not [p for p in status if p.startswith(("nvidia-dkms", "nvidia-headless-580"))]
+        assert sorted(lrm) == [f"linux-modules-nvidia-580-server-open-{k}" for k in (kernel, "generic")]
+        assert not dkms_ko.exists()
+        assert guest.read(f"lib/modules/{kernel}/kernel/nvidia-580srv-open/nvidia.ko").strip() == up(version)
+    assert set(guest.holds()) == HOLDS[kind]
+
+
 def test_the_old_command_cannot_pin_an_older_build(guest: RealAptGuest) -> None:
     # What the step ran before: the driver and utilities at the pin, the rest left to apt. Real apt will not pick
     # an older build of an unversioned dependency by itself, so a pin stops working when a newer build appears.
@@ -105,12 +122,12 @@ def test_pinning_an_older_build_installs_its_whole_family(guest: RealAptGuest) -
 
 
 def test_upgrade_downgrade_and_roll_back_under_holds(guest: RealAptGuest) -> None:
+    # The newest build has precompiled modules, the older ones only DKMS: each pin change also switches the kind.
     driver(guest, driverVersion=up(OLD))
     for version in (NEW, MID, NEW, OLD):  # up, down (below the newest), back up, down to the first
         out, _ = driver(guest, driverVersion=up(version))
         assert "(installed)" in out
-        family_at(guest, version)
-        assert set(guest.holds()) == {"nvidia-headless-580-server-open", "nvidia-utils-580-server"}
+        modules_at(guest, version, "precompiled" if version == NEW else "dkms")
     # What unattended-upgrades / apt-get upgrade would do: the held driver keeps its whole family where it is.
     r = guest.run_stdin("apt-get upgrade -y -q\n")
     assert r.returncode == 0, r.stderr
@@ -121,7 +138,7 @@ def test_lowering_the_pin_needs_allow_downgrades_in_real_apt_and_in_the_fake(
     guest: RealAptGuest, tmp_path: Path
 ) -> None:
     # The contract of the fake apt (fakeguest_tools.py): the same command, the same refusal, as the real apt.
-    driver(guest, driverVersion=up(NEW))
+    driver(guest, driverVersion=up(MID))
     pkgs = " ".join(f"{p}={OLD}" for p in FAMILY_OPEN)
     real = guest.run_stdin(f"apt-get install -y -q --allow-change-held-packages {pkgs}\n")
     fake = FakeGuest(tmp_path / "fake")
@@ -132,7 +149,7 @@ def test_lowering_the_pin_needs_allow_downgrades_in_real_apt_and_in_the_fake(
     line = "E: Packages were downgraded and -y was used without --allow-downgrades."
     assert (real.returncode, fake_down.returncode) == (100, 100)
     assert line in real.stderr and line in fake_down.stderr
-    family_at(guest, NEW)  # nothing changed
+    family_at(guest, MID)  # nothing changed
 
 
 @pytest.mark.parametrize("version", [None, "565.57.01"], ids=["branch", "version"])
@@ -151,10 +168,14 @@ def test_a_retired_branch_is_refused_before_anything_is_installed(guest: RealApt
 def test_a_branch_pin_installs_the_newest_build_of_another_flavour(guest: RealAptGuest) -> None:
     out, _ = driver(guest, driverVersion=None, driverFlavor="desktop", kernelModules="proprietary")
     newest = BUILDS["580"][-1]
-    family = ("nvidia-headless-580", "nvidia-headless-no-dkms-580", "nvidia-dkms-580", "nvidia-kernel-source-580")
+    family = ("nvidia-headless-no-dkms-580", "nvidia-kernel-source-580")
     family_at(guest, newest, (*family, "nvidia-utils-580", "libnvidia-compute-580", "nvidia-kernel-common-580"))
-    assert set(guest.holds()) == {"nvidia-headless-580", "nvidia-utils-580"}
-    assert "(installed)" in out
+    assert set(guest.holds()) == {"nvidia-headless-no-dkms-580", "nvidia-utils-580"}
+    assert {p for p in guest.status() if p.startswith("linux-modules-nvidia")} == {
+        f"linux-modules-nvidia-580-{KERNELS[0]}",  # the proprietary modules, not the server flavour's
+        "linux-modules-nvidia-580-generic",
+    }
+    assert "(installed)" in out and "module precompiled and signed" in out
 
 
 def test_a_kill_between_unpacking_and_configuring_is_repaired(guest: RealAptGuest) -> None:
@@ -250,12 +271,16 @@ def test_the_fake_apt_cache_answers_as_the_real_one(guest: RealAptGuest, tmp_pat
         assert versions == sorted(versions, key=lambda v: tuple(int(x) for x in up(v).split(".")), reverse=True)
 
 
-def test_a_kill_at_any_command_of_a_pin_change_converges(guest: RealAptGuest, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("start", "pin"), [(NEW, OLD), (OLD, NEW)], ids=["to-dkms", "to-precompiled"])
+def test_a_kill_at_any_command_of_a_pin_change_converges(
+    guest: RealAptGuest, tmp_path: Path, start: str, pin: str
+) -> None:
     # The fault injection of guest_harness.py, for the driver step's package work with the real apt and dpkg: the
     # step killed at each command it runs (apt's own dpkg calls included), then run again as the next `pulumi up`
-    # does, must reach the uninterrupted run's packages, holds and module, and a further run changes nothing.
-    driver(guest, driverVersion=up(NEW))
-    args = driver_args(spec(driverVersion=up(OLD)))
+    # does, must reach the uninterrupted run's packages, holds and module, and a further run changes nothing. The
+    # pin change also switches the module's kind (the newest build has precompiled modules, the oldest does not).
+    driver(guest, driverVersion=up(start))
+    args = driver_args(spec(driverVersion=up(pin)))
     ref = RealAptGuest.copy(guest, tmp_path / "ref")
     calls = ref.step("driver", *args).calls
     # Every command that changes something, apt's own dpkg runs among them (a kill at a read-only query is the
@@ -282,6 +307,6 @@ def test_a_kill_at_any_command_of_a_pin_change_converges(guest: RealAptGuest, tm
         else:
             got = (case.status(), sorted(case.holds()), case.read("sys/module/nvidia/version"))
             if got != want or "reboot: not-needed" not in again.stdout:
-                failures.append(f"#{n} {hit}: ended at {got[0].get('nvidia-headless-580-server-open')}")
+                failures.append(f"#{n} {hit}: ended at {got[0].get('nvidia-utils-580-server')}, {got[1]}")
         shutil.rmtree(case.root)
     assert not failures, f"{len(failures)} of {len(points)} kills did not converge:\n" + "\n".join(failures)
