@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxmox_gpu_cluster.core.change_classes import rolled_fields
-from proxmox_gpu_cluster.core.guest_spec import bootstrap_spec
+from proxmox_gpu_cluster.core.guest_spec import bootstrap_spec, kernel_modules
 from proxmox_gpu_cluster.core.spec import ClusterSpec, ProxmoxNode
 from proxmox_gpu_cluster.render.host_scripts import kernel_args
 
@@ -102,12 +102,45 @@ def disruption(spec: ClusterSpec) -> dict[str, object]:
         and any(w.workload == "container" for w in spec.workers),
         "rollingChanges": host_roll(spec),
         "firstBoot": first_boot(spec),
+        "kernelModules": kernel_module_sources(spec),
         "operatorDriverRoll": _operator_roll(spec),
         # The gates wait for the operator's release: a cluster without the operator has none (cluster/builders.py).
         "capacityGateSeconds": spec.gpu_operator.capacity_gate_seconds
         if spec.kubernetes.join_method == "kubeadm" and spec.gpu_operator.enabled
         else 0,
     }
+
+
+def kernel_module_sources(spec: ClusterSpec) -> dict[str, str]:
+    """Per worker, where its NVIDIA kernel module comes from: ``precompiled-or-dkms`` (host driver: the guest's
+    driver step takes Ubuntu's precompiled, signed module when the archive has one for the running kernel built
+    against the chosen build, and DKMS otherwise; guest_driver_apt.sh), ``operator`` (the GPU Operator's driver
+    container) or ``none`` (vm-passthrough: the GPUs are bound to vfio-pci)."""
+    kinds = {"host": "precompiled-or-dkms", "operator": "operator", "vfio": "none"}
+    return {w.name: kinds[bootstrap_spec(spec, w).driver_mode] for w in spec.workers}
+
+
+def _module_line(spec: ClusterSpec) -> str | None:
+    host = [w for w, kind in kernel_module_sources(spec).items() if kind == "precompiled-or-dkms"]
+    if not host:
+        return None
+    op, guest = spec.gpu_operator, spec.guest
+    name = (
+        f"linux-modules-nvidia-{op.driver_branch}{'-server' if guest.driver_flavor == 'server' else ''}"
+        f"{'-open' if kernel_modules(op.kernel_module_type, op.driver_branch) == 'open' else ''}-<kernel>"
+    )
+    pin = (
+        f"; Ubuntu builds them against a branch's newest build only, so the pinned {op.driver_version} gets them "
+        "only while it is the archive's newest"
+        if op.driver_version
+        else ""
+    )
+    return (
+        f"Driver kernel modules ({', '.join(host)}): Ubuntu's precompiled, signed {name} when the archive has "
+        f"it for the guest's running kernel built against the chosen build (no DKMS build), DKMS otherwise{pin}; "
+        "a kernel update keeps its module either way (the precompiled flavour metapackage while it fits the held "
+        "build, DKMS once Ubuntu has moved on); the driver step prints which it took"
+    )
 
 
 def first_boot(spec: ClusterSpec) -> dict[str, dict[str, int]]:
@@ -236,6 +269,8 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
             f"different {op.driver_branch}.x builds (the driverVersions output shows each); pin "
             "gpuOperator.driverVersion for one build everywhere"
         )
+    if (modules := _module_line(spec)) is not None:
+        lines.append(modules)
     roll = _operator_roll(spec)
     if roll is not None:
         nodes = sum(1 for w in spec.workers if w.workload == "container")

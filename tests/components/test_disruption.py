@@ -125,3 +125,24 @@ def test_first_provisioning_restarts_no_vm_and_reboots_only_kubevirt_guests() ->
     }
     line = next(x for x in disruption_lines(spec) if x.startswith("First provisioning"))
     assert "0 VM restarts; guest reboots: 1 (ts-1: KubeVirt workers boot once more with the IOMMU on)" in line
+
+
+def test_the_plan_says_where_each_worker_s_kernel_module_comes_from() -> None:
+    raw = base_spec()
+    raw["kubevirt"] = {"enabled": True}
+    raw["gpuOperator"]["driverVersion"] = "580.95.05"
+    make_vm_worker(raw, 2, "vm-passthrough")
+    spec = load_spec(raw)
+    assert disruption(spec)["kernelModules"] == {
+        "mig-1": "precompiled-or-dkms", "mig-2": "precompiled-or-dkms", "ts-1": "none"
+    }  # fmt: skip
+    line = next(line for line in disruption_lines(spec) if line.startswith("Driver kernel modules"))
+    assert line.startswith(
+        "Driver kernel modules (mig-1, mig-2): Ubuntu's precompiled, signed linux-modules-nvidia-580-server-open-"
+        "<kernel> when the archive has it for the guest's running kernel built against the chosen build (no DKMS "
+        "build), DKMS otherwise; Ubuntu builds them against a branch's newest build only, so the pinned 580.95.05"
+    )
+    raw["gpuOperator"].update(driverMode="operator")
+    spec = load_spec(raw)
+    assert set(disruption(spec)["kernelModules"].values()) == {"operator", "none"}  # type: ignore[union-attr]
+    assert not any(line.startswith("Driver kernel modules") for line in disruption_lines(spec))
