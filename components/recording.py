@@ -185,10 +185,19 @@ class Recording:
         return False
 
 
-def critical_path(recording: Recording) -> list[RecordedResource]:
+def critical_path(
+    recording: Recording, weight: Callable[[RecordedResource], float] | None = None
+) -> list[RecordedResource]:
     """The longest chain of custom resources, each waiting for the previous one: through its dependencies, and
     through those of its ancestors (the SDK registers a resource only once its parent is registered, and a
-    component only once its own dependencies are). Its length is the depth of a first ``pulumi up``."""
+    component only once its own dependencies are). Its length is the depth of a first ``pulumi up``; with
+    ``weight`` (a resource's duration), the chain of the largest total instead (benchmarks/critical_path.py)."""
+    size = weight or (lambda _: 1.0)
+
+    def _rank(chain: list[RecordedResource]) -> tuple[float, list[str]]:
+        # Longest first; among equals the same one every run (registration order and set order vary between runs).
+        return sum(size(r) for r in chain), [r.urn for r in chain]
+
     by_urn = {r.urn: r for r in recording.resources}
     memo: dict[str, list[RecordedResource]] = {}
 
@@ -210,8 +219,3 @@ def critical_path(recording: Recording) -> list[RecordedResource]:
         return memo[r.urn]
 
     return max((chain(r) for r in recording.resources), key=_rank, default=[])
-
-
-def _rank(chain: list[RecordedResource]) -> tuple[int, list[str]]:
-    # Longest first; among equals the same one every run (registration order and set order vary between runs).
-    return len(chain), [r.urn for r in chain]
