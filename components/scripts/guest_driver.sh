@@ -212,12 +212,20 @@ installed_upstream() {
   printf '%s\n' "${have%%-*}"
 }
 
-# module_current: the running kernel has (or loads now) the installed driver's module.
+# module_kind: the kind of the nvidia module the kernel runs: proprietary when the kernel marks it P (a licence
+# that is not GPL-compatible; NVIDIA's open modules are "Dual MIT/GPL"), open otherwise
+# (Documentation/ABI/testing/sysfs-module: /sys/module/<name>/taint).
+module_kind() {
+  if grep -qs P "$ROOT/sys/module/nvidia/taint"; then echo proprietary; else echo open; fi
+}
+
+# module_current: the running kernel has (or loads now) the installed driver's module, of the wanted kind (a
+# kernelModuleType change at the same build swaps the packages, not the loaded module).
 module_current() {
   if ! loaded nvidia; then
     modprobe nvidia >/dev/null 2>&1 || return 1
   fi
-  [[ "$(module_version)" == "$(installed_upstream)" ]]
+  [[ "$(module_version)" == "$(installed_upstream)" && "$(module_kind)" == "$modules" ]]
 }
 
 # all_bound <driver>: every function with a --vfio-id is bound to it now (reads sysfs only).
@@ -243,7 +251,7 @@ reboot_reason() {
   elif [[ "$mode" != vfio ]] && vfio_left_bound; then
     echo "vfio-left|no GPU on vfio-pci|a GPU bound to vfio-pci"
   elif [[ "$mode" == host ]] && ! module_current; then
-    echo "module|nvidia module $(installed_upstream)|$(module_version | grep . || echo 'none loadable')"
+    echo "module|nvidia module $(installed_upstream) ($modules)|$(module_version | grep . || echo 'none loadable')$(loaded nvidia && echo " ($(module_kind))")"
   else
     return 1
   fi
@@ -281,8 +289,8 @@ change_pending() {
     elif [[ -n "$version" && "$have" != "$version"-* ]]; then
       echo "driver $have -> $version"
       return 0
-    elif loaded nvidia && [[ "$(module_version)" != "${have%%-*}" ]]; then
-      echo "reboot for the nvidia module ${have%%-*}"
+    elif loaded nvidia && [[ "$(module_version)" != "${have%%-*}" || "$(module_kind)" != "$modules" ]]; then
+      echo "reboot for the nvidia module ${have%%-*} ($modules)"
       return 0
     fi
   fi

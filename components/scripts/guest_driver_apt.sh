@@ -140,6 +140,18 @@ installed_matching() {
   done < <(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "$1" 2>/dev/null || true)
 }
 
+# other_kind: removals (installed_matching) of the other module kind's driver packages (open <-> proprietary at
+# one branch and flavour). apt does not swap them by itself: the kernel source packages conflict and the old ones
+# are held ("pkgProblemResolver::Resolve generated breaks, this may be caused by held packages", apt 2.6).
+other_kind() {
+  local other="-open" pkg
+  [[ -z "$open" ]] || other=""
+  for pkg in nvidia-headless nvidia-headless-no-dkms nvidia-dkms nvidia-kernel-source; do
+    installed_matching "$pkg-$branch$suffix$other"
+  done
+  installed_matching "linux-modules-nvidia-$branch$suffix$other-*" | grep -v "^linux-modules-nvidia-$branch$suffix$open-" || true
+}
+
 # tracking_headers <dpkg-query listing of linux-image-*>: the linux-headers metapackage of every installed kernel
 # metapackage (linux-image-virtual -> linux-headers-virtual). With it, each kernel update (unattended-upgrades)
 # brings that kernel's headers, and DKMS (nvidia-dkms, a dependency of the headless package) builds the NVIDIA
@@ -227,12 +239,12 @@ install_driver() {
     refuse_transitional "$want"
     if precompiled_for "$kernel" "${want%%-*}"; then
       driver_pkg="$nodkms_pkg"
-      mapfile -t gone < <(installed_matching "$dkms_pkg"; installed_matching "$nvidia_dkms")
+      mapfile -t gone < <(other_kind; installed_matching "$dkms_pkg"; installed_matching "$nvidia_dkms")
       driver_family "$want" "$driver_pkg" "$utils_pkg"
       apt_install "${FAMILY[@]/%/=$want}" "$PRECOMPILED" "${gone[@]}"
       echo "driver: module precompiled and signed (${PRECOMPILED%%=*}): no DKMS build"
     else
-      mapfile -t gone < <(installed_matching "$(lrm_name '*')")
+      mapfile -t gone < <({ other_kind; installed_matching "$(lrm_name '*')"; } | sort -u)
       driver_family "$want" "$driver_pkg" "$utils_pkg"
       apt_install "linux-headers-$kernel" "${FAMILY[@]/%/=$want}" "${gone[@]}"
       echo "driver: module built by DKMS (the archive has no precompiled one for kernel $kernel at ${want%%-*})"

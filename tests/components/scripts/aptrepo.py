@@ -131,7 +131,10 @@ def precompiled(branch: str, server: bool, version: str, kernel: str) -> list[Pa
                     f"nvidia-kernel-common-{f} (>= {up})",
                 ),
                 source="linux-restricted-modules",
-                files={f"lib/modules/{kernel}/kernel/{directory}/nvidia.ko": up + "\n"},
+                files={
+                    f"lib/modules/{kernel}/kernel/{directory}/nvidia.ko": f"{up}\nlicense="
+                    + ("Dual MIT/GPL\n" if open_ else "NVIDIA\n")  # fakeguest_tools.py's module file
+                },
             )
         )
     return out

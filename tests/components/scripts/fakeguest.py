@@ -224,7 +224,9 @@ class FakeGuest(FakeRoot):
         ko = next((f for f in found if f.exists()), found[0])
         nouveau = (self.root / "sys/module/nouveau").exists()
         if ko.exists() and not nouveau and self.driver_of() != "vfio-pci":
-            self.write("sys/module/nvidia/version", ko.read_text())
+            version, *rest = ko.read_text().splitlines()
+            self.write("sys/module/nvidia/version", version + "\n")
+            self.write("sys/module/nvidia/taint", "POE\n" if "license=NVIDIA" in rest else "OE\n")
         if self.installed("containerd") or self.installed("containerd.io"):
             running = self.root / "fake-running/containerd"
             running.mkdir(parents=True)

@@ -12,12 +12,16 @@ __all__ = ["DEFAULT_CONTAINERD", "KERNEL", "STUBS"]
 # DKMS's build, and containerd (re)starting with the configuration files as they are now.
 _COMMON = r"""R="$PGC_ROOT"; D="$R/var/lib/fake-dpkg"; S="$R/var/lib/fake-dpkg-status"
 dkms_autoinstall() {
-  v=""; for f in "$D"/nvidia-headless-*; do [ -f "$f" ] && [ ! -f "$S/${f##*/}" ] && v="$(cut -d- -f1 < "$f")"; done
+  v=""; lic="NVIDIA"
+  for f in "$D"/nvidia-headless-*; do
+    [ -f "$f" ] && [ ! -f "$S/${f##*/}" ] || continue
+    v="$(cut -d- -f1 < "$f")"; case "$f" in *-open) lic="Dual MIT/GPL" ;; *) lic="NVIDIA" ;; esac
+  done
   [ -n "$v" ] || return 0
   for h in "$D"/linux-headers-[0-9]*; do
     [ -f "$h" ] && [ ! -f "$S/${h##*/}" ] || continue
     k="${h##*/linux-headers-}"; mkdir -p "$R/lib/modules/$k/updates/dkms"
-    printf "%s\n" "$v" > "$R/lib/modules/$k/updates/dkms/nvidia.ko"
+    printf "%s\nlicense=%s\n" "$v" "$lic" > "$R/lib/modules/$k/updates/dkms/nvidia.ko"
   done
 }
 # configure_all <exit code on error>: run the postinst of every unpacked package (DKMS for the driver).
@@ -83,10 +87,17 @@ _BIND_VFIO = r"""bind_vfio() {
 }
 """
 
+# A module file here is its version, then "license=<MODULE_LICENSE>" (open: "Dual MIT/GPL", proprietary: "NVIDIA";
+# NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv.c, and the proprietary build's). module_taint <file>: the
+# flags the kernel shows in /sys/module/<name>/taint for it when loaded: P for a licence that is not GPL-compatible,
+# O out-of-tree, E unsigned (Documentation/ABI/testing/sysfs-module; kernel/module/main.c).
 # find_module <name>: the module file modprobe and modinfo use for the running kernel: DKMS's build under updates/
 # before a precompiled one under kernel/ (Ubuntu's /etc/depmod.d/ubuntu.conf: "search updates ubuntu built-in";
 # depmod.d(5)); nothing when there is neither.
-_FIND_MODULE = r"""find_module() {
+_FIND_MODULE = r"""module_taint() {
+  if grep -qx 'license=NVIDIA' "$1"; then echo POE; else echo OE; fi
+}
+find_module() {
   d="$R/lib/modules/$(cat "$R/fake-kernel")"
   for f in "$d/updates/dkms/$1.ko" "$d"/kernel/nvidia-*/"$1.ko"; do [ -f "$f" ] && { echo "$f"; return; }; done
   echo "$d/updates/dkms/$1.ko"
@@ -106,7 +117,8 @@ nvidia)
   [ -f "$ko" ] || { echo "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(cat "$R/fake-kernel")" >&2; exit 1; }
   [ -d "$R/sys/module/nouveau" ] && { echo "modprobe: ERROR: could not insert 'nvidia': No such device" >&2; exit 1; }
   [ -d "$R/sys/module/nvidia" ] && exit 0
-  mkdir -p "$R/sys/module/nvidia"; cp "$ko" "$R/sys/module/nvidia/version" ;;
+  mkdir -p "$R/sys/module/nvidia"; sed -n 1p "$ko" > "$R/sys/module/nvidia/version"
+  module_taint "$ko" > "$R/sys/module/nvidia/taint" ;;
 vfio-pci) mkdir -p "$R/sys/module/vfio_pci"; bind_vfio ;;
 br_netfilter)
   mkdir -p "$R/sys/module/br_netfilter" "$R/proc/sys/net/bridge"
@@ -120,7 +132,7 @@ _MODINFO = (
     _FIND_MODULE
     + r"""ko="$(find_module "$3")"
 [ -f "$ko" ] || { echo "modinfo: ERROR: Module $3 not found." >&2; exit 1; }
-cat "$ko"
+case "$2" in license) sed -n 's/^license=//p' "$ko" ;; *) sed -n 1p "$ko" ;; esac
 """
 )
 

@@ -50,10 +50,11 @@ _DIRS = (
 _DKMS = r"""dkms_model() {
   q="/usr/bin/dpkg-query --admindir=$R/var/lib/dpkg -W"
   v="$($q -f='${db:Status-Status} ${Version}\n' 'nvidia-dkms-*' 2>/dev/null | awk '$1 == "installed" { split($2, u, "-"); print u[1]; exit }')"
+  lic="NVIDIA"; $q -f='${db:Status-Status} ${Package}\n' 'nvidia-dkms-*-open' 2>/dev/null | grep -q '^installed ' && lic="Dual MIT/GPL"
   for h in $($q -f='${db:Status-Status}:${Package}\n' 'linux-headers-[0-9]*' 2>/dev/null); do
     case "$h" in installed:*) ;; *) continue ;; esac
     k="${h#installed:linux-headers-}"; ko="$R/lib/modules/$k/updates/dkms/nvidia.ko"
-    if [ -n "$v" ]; then mkdir -p "${ko%/*}"; printf "%s\n" "$v" > "$ko"; else rm -f "$ko"; fi
+    if [ -n "$v" ]; then mkdir -p "${ko%/*}"; printf "%s\nlicense=%s\n" "$v" "$lic" > "$ko"; else rm -f "$ko"; fi
   done
 }
 """

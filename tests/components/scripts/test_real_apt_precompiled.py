@@ -105,7 +105,7 @@ def test_once_ubuntu_moves_on_the_next_kernel_gets_the_module_from_dkms(
     publish(guest, repo, tmp_path, "kernel", *moved, flavour_metapackages(KERNELS[1]))
     dist_upgrade(guest)
     assert guest.installed(f"linux-modules-nvidia-580-server-open-{KERNELS[1]}") is None
-    assert guest.read(f"lib/modules/{KERNELS[1]}/updates/dkms/nvidia.ko").strip() == up(NEW)
+    assert guest.read(f"lib/modules/{KERNELS[1]}/updates/dkms/nvidia.ko").splitlines()[0] == up(NEW)
     again = guest.step("driver", *driver_args(spec(driverVersion=up(NEW))))
     assert again.returncode == 0 and "reboot: not-needed" in again.stdout, again.stderr
     assert guest.read("sys/module/nvidia/version").strip() == up(NEW)
@@ -117,3 +117,29 @@ def test_purge_removes_the_precompiled_modules_too(guest: RealAptGuest) -> None:
     assert r.returncode == 0, r.stderr
     assert not [p for p in guest.status() if p.startswith(("linux-modules-nvidia", "nvidia-utils", "nvidia-headless"))]
     assert guest.holds() == []
+
+
+@pytest.mark.parametrize("version", [OLD, NEW], ids=["dkms", "precompiled"])
+def test_a_kernel_module_type_swap_at_the_same_build_reboots_into_the_other_kind(
+    guest: RealAptGuest, version: str
+) -> None:
+    """kernelModuleType open -> proprietary -> open at one build: the packages swap (the kernel source packages
+    conflict) and, since the loaded module is still the other kind at the same version, the node reboots once."""
+    for modules, taint in (("open", "OE"), ("proprietary", "POE"), ("open", "OE")):
+        args = driver_args(spec(driverVersion=up(version), kernelModules=modules))
+        r = guest.step("driver", *args)
+        assert r.returncode == 0, r.stderr
+        if guest.read("sys/module/nvidia/taint").strip() != taint:  # the other kind still runs: a reboot
+            assert "reboot: scheduled" in r.stdout and f"({modules})" in r.stdout, r.stdout
+            guest.reboot()
+            again = guest.step("driver", *args)
+            assert again.returncode == 0 and "reboot: not-needed" in again.stdout, again.stderr
+        assert guest.read("sys/module/nvidia/taint").strip() == taint
+        assert guest.read("sys/module/nvidia/version").strip() == up(version)
+        suffix = "-open" if modules == "open" else ""
+        status = guest.status()
+        assert status[f"nvidia-kernel-source-580-server{suffix}"].split()[1] == version
+        other = "nvidia-kernel-source-580-server" + ("" if suffix else "-open")
+        assert other not in status or not status[other].startswith(("ii", "hi"))
+        held = set(guest.holds())
+        assert not [h for h in held if h.startswith("nvidia-headless") and not h.endswith(suffix or "server")], held
