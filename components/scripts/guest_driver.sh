@@ -219,6 +219,27 @@ module_kind() {
   if grep -qs P "$ROOT/sys/module/nvidia/taint"; then echo proprietary; else echo open; fi
 }
 
+# host_module_left: operator and vfio modes: the host driver was removed in this boot and its module is still loaded
+# and cannot be unloaded now (a drained node normally lets it go: nothing holds /dev/nvidia*). A later boot has
+# none of it, so the marker goes; so does the module the operator's driver container loads, which is not ours.
+host_module_left() {
+  local boot=""
+  marker host-driver.removed || return 1
+  read -r boot <"$ROOT$STATE_DIR/host-driver.removed" || true
+  if [[ "$boot" != "$(boot_id)" ]]; then
+    unmark host-driver.removed
+    return 1
+  fi
+  loaded nvidia || {
+    unmark host-driver.removed
+    return 1
+  }
+  if modprobe -r nvidia_uvm nvidia_drm nvidia_modeset nvidia >/dev/null 2>&1 && ! loaded nvidia; then
+    unmark host-driver.removed
+    return 1
+  fi
+}
+
 # module_current: the running kernel has (or loads now) the installed driver's module, of the wanted kind (a
 # kernelModuleType change at the same build swaps the packages, not the loaded module).
 module_current() {
@@ -250,6 +271,8 @@ reboot_reason() {
     echo "vfio|every ${vfio_ids[*]} GPU on vfio-pci|another driver or none"
   elif [[ "$mode" != vfio ]] && vfio_left_bound; then
     echo "vfio-left|no GPU on vfio-pci|a GPU bound to vfio-pci"
+  elif [[ "$mode" != host ]] && host_module_left; then
+    echo "host-module|no host nvidia module (driver mode $mode)|the removed host driver's module $(module_version) loaded"
   elif [[ "$mode" == host ]] && ! module_current; then
     echo "module|nvidia module $(installed_upstream) ($modules)|$(module_version | grep . || echo 'none loadable')$(loaded nvidia && echo " ($(module_kind))")"
   else
@@ -294,7 +317,9 @@ change_pending() {
       return 0
     fi
   fi
-  if ! kernel_args_active; then
+  if [[ "$mode" != host ]] && [[ -n "$(host_driver_packages)" ]]; then
+    echo "the host driver to remove (driver mode $mode)"
+  elif ! kernel_args_active; then
     echo "kernel arguments ${kernel_args[*]}"
   elif loaded nouveau; then
     echo "nouveau to unload"
@@ -330,8 +355,14 @@ main() {
     install_driver
     follow_kernel_updates
     ;;
-  vfio) echo "driver: none; GPUs bound to vfio-pci for KubeVirt" ;;
-  *) echo "driver: left to the GPU Operator" ;;
+  vfio)
+    remove_host_driver
+    echo "driver: none; GPUs bound to vfio-pci for KubeVirt"
+    ;;
+  *)
+    remove_host_driver
+    echo "driver: left to the GPU Operator"
+    ;;
   esac
   if reason="$(reboot_reason)"; then
     schedule_reboot "$reason"

@@ -272,6 +272,32 @@ mark_dependencies() {
   fi
 }
 
+# host_driver_packages: the NVIDIA driver packages host driver mode installs (any branch, flavour or kind) that are
+# on the machine: the driver and utilities (held by this step), DKMS's package and the precompiled modules.
+host_driver_packages() {
+  local pattern
+  for pattern in 'nvidia-headless-[0-9]*' 'nvidia-headless-no-dkms-[0-9]*' 'nvidia-utils-[0-9]*' \
+    'nvidia-dkms-[0-9]*' 'linux-modules-nvidia-[0-9]*'; do
+    installed_matching "$pattern"
+  done | sed 's/-$//' | sort -u
+}
+
+# remove_host_driver: operator and vfio modes: the host driver an earlier host mode installed goes. Left there, the
+# GPU Operator takes it as pre-installed and never runs its driver container on the node (k8s-driver-manager:
+# "NVIDIA GPU driver is already pre-installed on the node, will not proceed with the containerized driver
+# installation", NVIDIA/gpu-operator#381), so the node would stay on the old build; a vfio node needs none. The marker, set
+# first with this boot's id, says its module, still loaded, must go too (reboot_reason). Their dependencies stay
+# for autoremove, as with --purge.
+remove_host_driver() {
+  local pkgs=()
+  mapfile -t pkgs < <(host_driver_packages)
+  ((${#pkgs[@]})) || return 0
+  mark host-driver.removed
+  tool "apt-mark unhold" apt-mark unhold "${pkgs[@]}" >/dev/null
+  apt "apt-get purge" purge -y -q "${pkgs[@]}"
+  echo "driver: host driver removed (${pkgs[*]}): driver mode $mode"
+}
+
 # purge_driver: the driver, the utilities and the precompiled modules (the module is part of the driver).
 purge_driver() {
   local pkgs=() pkg

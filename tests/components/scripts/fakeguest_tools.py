@@ -108,9 +108,13 @@ _MODPROBE = (
     _BIND_VFIO
     + _FIND_MODULE
     + r"""ko="$(find_module nvidia)"
-if [ "$1" = -r ]; then
-  [ -f "$R/nouveau-busy" ] && [ "$2" = nouveau ] && { echo "modprobe: FATAL: Module nouveau is in use." >&2; exit 1; }
-  rm -rf "$R/sys/module/$2"; exit 0
+if [ "$1" = -r ]; then  # every module named, in order; one in use (a "<name>-busy" file) stops it
+  shift
+  for m in "$@"; do
+    [ -f "$R/$m-busy" ] && [ -d "$R/sys/module/$m" ] && { echo "modprobe: FATAL: Module $m is in use." >&2; exit 1; }
+    rm -rf "$R/sys/module/$m"
+  done
+  exit 0
 fi
 case "$1" in
 nvidia)

@@ -245,17 +245,18 @@ def test_concurrent_nodes_never_exceed_max_unavailable(tmp_path: Path, max_unava
 
 
 def test_a_switch_to_vm_workloads_rolls_too(tmp_path: Path, cluster: FakeCluster) -> None:
-    # A joined container node becomes a KubeVirt vm-passthrough node: its GPU goes to vfio-pci and the guest needs
-    # the IOMMU on, both a reboot away: drained through a slot first, like a driver change.
+    # A joined container node becomes a KubeVirt vm-passthrough node: its host driver goes, its GPU goes to vfio-pci
+    # and the guest needs the IOMMU on, a reboot away: drained through a slot first, like a driver change.
     guest = joined_guest(tmp_path / "a", cluster, "gpu-a")
     vfio = spec("gpu-a", OLD).model_copy(
         update={"driver_mode": "vfio", "kernel_args": ("intel_iommu=on", "iommu=pt"), "kvm": True, "toolkit": False}
     )
     driver = run(guest, "driver", vfio)
     assert driver.returncode == 0, driver.stderr
-    assert "rollout: gpu-a took slot proxmox-gpu-cluster-rollout-0 (kernel arguments intel_iommu=on iommu=pt)" in (
+    assert "rollout: gpu-a took slot proxmox-gpu-cluster-rollout-0 (the host driver to remove (driver mode vfio))" in (
         driver.stdout
     )
+    assert "driver: host driver removed (nvidia-headless-580-server-open nvidia-utils-580-server)" in driver.stdout
     assert "reboot: scheduled" in driver.stdout and cluster.state()["cordoned"] == ["gpu-a"]
     guest.reboot()
     verify = run(guest, "verify", vfio)
