@@ -187,13 +187,13 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     "GpuOperatorSpec.enabled": _c("in-place", "the GPU Operator release is installed or removed"),
     "GpuOperatorSpec.chartVersion": _c("in-place", _HELM + " (each daemonset whose image changed rolls)"),
     "GpuOperatorSpec.namespace": _c("replace", "the release and its namespace are recreated"),
-    "GpuOperatorSpec.driverMode": _c("rolled", _ROLL + " (the driver moves between the guest and the operator)"),
+    "GpuOperatorSpec.driverMode": _c("rolled", _ROLL + " (to operator: the host driver and toolkit are removed)"),
     "GpuOperatorSpec.driverBranch": _c("rolled", _ROLL + " (host mode; the operator rolls it in operator mode)"),
     "GpuOperatorSpec.driverVersion": _c(
         "rolled", _ROLL + " (host mode; the operator rolls it in operator mode)", _DOWNGRADE, when=_LOWER
     ),
     "GpuOperatorSpec.driverUpgrade": _c("in-place", _OPERATOR_ROLL),
-    "GpuOperatorSpec.kernelModuleType": _c("rolled", _ROLL + " (open or proprietary modules)"),
+    "GpuOperatorSpec.kernelModuleType": _c("rolled", _ROLL + " (the other kind's packages go; one reboot)"),
     "GpuOperatorSpec.cdi": _c("in-place", _HELM + "; the runtime step reconfigures containerd"),
     "GpuOperatorSpec.dcgm": _c("in-place", _HELM),
     "GpuOperatorSpec.migStrategy": _c("in-place", _HELM + " (the device plugin restarts)"),

@@ -163,6 +163,26 @@ setup_toolkit() {
   fi
 }
 
+# remove_host_toolkit: --toolkit 0 on a node where host driver mode set the toolkit up (driverMode now operator, or a
+# KubeVirt workload): its drop-in goes first (only the one that runs the host's /usr/bin/nvidia-container-runtime:
+# the operator's toolkit container writes its own runtime, under /usr/local/nvidia), then its packages, so the
+# operator's toolkit container alone configures containerd. config.toml keeps its CRI table, SystemdCgroup included
+# (setup_containerd), so containerd falls back to runc with the systemd cgroup driver.
+remove_host_toolkit() {
+  local pkg pkgs=()
+  if grep -qs '"/usr/bin/nvidia-container-runtime"' "$ROOT$DROP_IN"; then
+    drop "$DROP_IN"
+    echo "changed: $DROP_IN removed (the host toolkit's)"
+  fi
+  for pkg in "${TOOLKIT_PACKAGES[@]}"; do
+    [[ -z "$(installed_version "$pkg")" ]] || pkgs+=("$pkg")
+  done
+  ((${#pkgs[@]})) || return 0
+  tool "apt-mark unhold" apt-mark unhold "${pkgs[@]}" >/dev/null
+  apt "apt-get purge" purge -y -q "${pkgs[@]}"
+  echo "toolkit: host toolkit removed (${pkgs[*]})"
+}
+
 # applied: the fingerprint of the configuration containerd was last restarted with by this step.
 APPLIED="$STATE_DIR/containerd.applied"
 
@@ -173,6 +193,7 @@ main() {
   if ((toolkit)); then
     setup_toolkit
   else
+    remove_host_toolkit
     echo "toolkit: left to the GPU Operator"
   fi
   now="$(containerd_state | sha256sum | cut -d' ' -f1)"

@@ -165,3 +165,54 @@ def test_the_step_converges_with_the_real_tools_from_a_kill_at_every_command(tmp
         assert leaves(got[1]) == leaves(expected[1]), f"killed at {calls[i - 1]!r}"
         third = guest.step("runtime", *runtime_args(b))
         assert "runtime: containerd unchanged" in third.stdout, f"killed at {calls[i - 1]!r}"
+
+
+@pytest.mark.parametrize("containerd", VERSIONS)
+def test_host_to_operator_mode_takes_the_host_toolkit_out_of_containerd(tmp_path: Path, containerd: str) -> None:
+    # driverMode host -> operator: the real nvidia-ctk's drop-in and the toolkit packages go; the real containerd
+    # then loads runc as the default runtime on the systemd cgroup driver, with nothing of the CRI table lost.
+    guest = real_guest(tmp_path / "root", containerd)
+    assert guest.step("runtime", *runtime_args(spec())).returncode == 0
+    assert "nvidia" in runtimes(dump(guest))
+    operator = spec(driverMode="operator", toolkit=False)
+    r = guest.step("runtime", *runtime_args(operator))
+    assert r.returncode == 0, r.stderr
+    assert "toolkit: host toolkit removed" in r.stdout and "runtime: containerd restarted" in r.stdout
+    config = dump(guest)
+    assert "nvidia" not in runtimes(config) and cri(config)["containerd"]["default_runtime_name"] == "runc"
+    assert runtimes(config)["runc"]["options"]["SystemdCgroup"] is True
+    assert sandbox_image(config) == sandbox_image(default_config(guest))
+    assert guest.installed("nvidia-container-toolkit") is None and guest.holds() == []
+    again = guest.step("runtime", *runtime_args(operator))
+    assert again.returncode == 0 and "runtime: containerd unchanged" in again.stdout, again.stderr
+    assert "changed:" not in again.stdout and "removed" not in again.stdout
+
+
+def test_a_kill_at_every_command_of_the_toolkit_removal_converges(tmp_path: Path) -> None:
+    host, operator = spec(), spec(driverMode="operator", toolkit=False)
+
+    def at_host(root: Path) -> FakeGuest:
+        guest = real_guest(root, "containerd-1.7")
+        assert guest.step("runtime", *runtime_args(host)).returncode == 0
+        return guest
+
+    want = at_host(tmp_path / "want")
+    calls = want.step("runtime", *runtime_args(operator)).calls
+    expected = (want.read("etc/containerd/config.toml"), leaves(dump(want)), want.installed("nvidia-container-toolkit"))
+    assert expected[2] is None
+    for i in range(1, len(calls) + 1):
+        guest = at_host(tmp_path / f"kill-{i}")
+        guest.fault(i, "kill")
+        guest.step("runtime", *runtime_args(operator))
+        guest.fault(None)
+        again = guest.step("runtime", *runtime_args(operator))
+        assert again.returncode == 0, f"killed at {calls[i - 1]!r}: {again.stderr}"
+        got = (
+            guest.read("etc/containerd/config.toml"),
+            leaves(dump(guest)),
+            guest.installed("nvidia-container-toolkit"),
+        )
+        assert got == expected, f"killed at {calls[i - 1]!r}"
+        assert not (guest.root / "etc/containerd/conf.d/99-nvidia.toml").exists()
+        third = guest.step("runtime", *runtime_args(operator))
+        assert "runtime: containerd unchanged" in third.stdout, f"killed at {calls[i - 1]!r}"
