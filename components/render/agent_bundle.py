@@ -65,8 +65,8 @@ HOST_STEPS: dict[str, tuple[str, ...]] = {
     "host-prep": ("host_lib.sh", "host_compose.sh", "host_prep.sh"),
     "host-verify": ("host_lib.sh", "host_verify.sh"),
     "large-bar": ("host_lib.sh", "large_bar.sh"),
-    "retire": ("retire_vm.sh",),
-    "mig-restart": ("host_lib.sh", "mig_restart.sh"),
+    "retire": ("host_qm.sh", "retire_vm.sh"),
+    "mig-restart": ("host_lib.sh", "host_qm.sh", "mig_restart.sh"),
 }
 """The steps that run on a Proxmox node."""
 KINDS = {"guest": GUEST_STEPS, "host": HOST_STEPS}

@@ -2,7 +2,7 @@
 # Restart a MIG worker's VM from Proxmox when its GPUs' new MIG mode waits for a GPU reset. Runs on the VM's Proxmox
 # node as root, after the node's nvidia.com/mig.config label changed, inside the node's rollout slot (the guest's
 # MIG begin step drained it and set the mode; where begin held nothing, a first provisioning or a mode it could not
-# read, the guest side takes the slot, cordons and drains before it answers "needed"). Sent after host_lib.sh.
+# read, the guest side takes the slot, cordons and drains before it answers "needed").
 #
 # Why from Proxmox: MIG mode takes effect only at a GPU reset (NVIDIA MIG User Guide); in a passthrough VM the guest
 # often cannot reset the GPU, and NVML reports the mode pending (mig.mode.pending != mig.mode.current). A reboot
@@ -16,6 +16,7 @@
 # applied and does nothing. The marker $STATE/mig-restart-<vmid> (written before the shutdown: "stopping", then
 # "started") lets a run that finds the VM stopped start it again, and a mode still pending after this step's own
 # restart fail instead of restarting again. Prints "mig-restart: VM <id> (<node>) restarted" or "... not restarted".
+# Sent after host_lib.sh and host_qm.sh.
 #
 # Usage: mig_restart.sh --vmid N --node-name NAME --timeout SECONDS --guest-step PATH -- GUEST-ARGS...
 set -euo pipefail
@@ -39,12 +40,6 @@ while (($#)); do
   shift 2
 done
 
-# json_field <field>: a field of the JSON object on stdin (qm guest exec prints one); empty when absent.
-json_field() {
-  perl -MJSON::PP -e 'my $r = decode_json(do { local $/; <STDIN> }); my $v = $r->{$ARGV[0]};
-    print defined $v ? $v : ""' "$1"
-}
-
 # agent_up: wait (bounded by --timeout) until the VM's QEMU guest agent answers.
 agent_up() {
   local waited=0
@@ -61,26 +56,24 @@ agent_up() {
 # and, for a restart, for mig-manager's report. Right after a start the guest may not reach the API server yet: a
 # step that fails is run again every 10 s within the retry time (0: fail at once).
 guest_says() {
-  local retry="${1:-0}" waited=0 result out err code qm_err warning
+  local retry="${1:-0}" waited=0 result out err code warning
   while :; do
     # stdout only is qm's JSON: on a timeout qm warns on stderr and still exits 0 (qemu-server src/PVE/CLI/qm.pm,
     # method exec: "timeout reached, returning pid", then {"pid": N}); its stderr goes into the failure line.
-    qm_err="$(mktemp)"
     result="$(qm guest exec "$vmid" --timeout "$run_for" -- \
-      bash -c "$PGC_LAUNCHER" "$guest_step" "${guest_args[@]}" 2>"$qm_err")" ||
-      fail "qm guest exec" "the guest's MIG step started in VM $vmid" "$(tr '\n' ' ' <"$qm_err")"
-    warning="$(tr '\n' ' ' <"$qm_err")"
-    rm -f "$qm_err"
-    perl -MJSON::PP -e 'exit(ref(eval { decode_json(do { local $/; <STDIN> }) }) eq "HASH" ? 0 : 1)' <<<"$result" ||
+      bash -c "$PGC_LAUNCHER" "$guest_step" "${guest_args[@]}" 2>"$QM_ERR_FILE")" ||
+      fail "qm guest exec" "the guest's MIG step started in VM $vmid" "$(tr '\n' ' ' <"$QM_ERR_FILE")"
+    warning="$(tr '\n' ' ' <"$QM_ERR_FILE")"
+    qm_json_object "$result" ||
       fail "qm guest exec" "a JSON object on stdout from VM $vmid" "'${result//$'\n'/ }' (stderr: ${warning:-nothing})"
-    out="$(json_field out-data <<<"$result")"
-    err="$(json_field err-data <<<"$result")"
+    out="$(qm_json_field "$result" out-data)"
+    err="$(qm_json_field "$result" err-data)"
     [[ -z "$out" ]] || printf '%s\n' "$out"
     [[ -z "$err" ]] || printf '%s\n' "$err" >&2
-    [[ "$(json_field exited <<<"$result")" == 1 ]] ||
+    [[ "$(qm_json_field "$result" exited)" == 1 ]] ||
       fail "guest exec" "the guest's MIG step to finish within ${run_for}s" \
-        "it still runs in VM $vmid (pid $(json_field pid <<<"$result"); qm: ${warning:-nothing})"
-    code="$(json_field exitcode <<<"$result")"
+        "it still runs in VM $vmid (pid $(qm_json_field "$result" pid); qm: ${warning:-nothing})"
+    code="$(qm_json_field "$result" exitcode)"
     [[ "$code" != 0 && waited -lt retry ]] || break
     echo "mig-restart: the guest's MIG step failed (exit $code) right after the start; trying again in 10 s" >&2
     sleep 10
@@ -98,6 +91,9 @@ main() {
   [[ "$guest_step" =~ ^/[A-Za-z0-9._/-]+/step\.sh$ && "$guest_step" != *..* ]] ||
     fail "--guest-step" "the absolute path of the guest's installed MIG step" "'$guest_step'"
   [[ "$(id -u)" == 0 ]] || fail "user" "root (qm is root-only)" "$(id -un)"
+  # qm's stderr, read after each call; removed however the step ends (a failure exits from inside guest_says).
+  QM_ERR_FILE="$(mktemp)"
+  trap 'rm -f "$QM_ERR_FILE"' EXIT
   # How long one run of the guest's step may take: its own --timeout bounds its waits (for the operator's driver
   # container and mig-manager's report), the agent's wait bounds the rest; before a restart it also holds the node
   # (a rollout slot, waited for up to --rollout-wait-seconds, and the drain, up to --rollout-drain-timeout; given

@@ -14,7 +14,8 @@
 # PVE::QemuServer::Agent assert_agent_available: "VM <id> is not running", "No QEMU guest agent configured",
 # "QEMU guest agent is not running"). Then the VM goes with a warning naming what is left (its Node object). Any
 # other qm failure (pmxcfs or the QMP socket busy, a timeout) is tried again, ATTEMPTS times in all, and then fails
-# the step in one line: a VM is never destroyed with its pods on it because one qm call failed.
+# the step in one line: a VM is never destroyed with its pods on it because one qm call failed. Sent after
+# host_qm.sh.
 set -euo pipefail
 
 vmid="" node_name="" timeout="" guest_step="" check=0 guest_args=()
@@ -90,14 +91,13 @@ qm_call() {
 
 # json_object: qm's stdout (QM_OUT) is the JSON object qm prints, or the step fails in one line.
 json_object() {
-  perl -MJSON::PP -e 'exit(ref(eval { decode_json(do { local $/; <STDIN> }) }) eq "HASH" ? 0 : 1)' <<<"$QM_OUT" ||
+  qm_json_object "$QM_OUT" ||
     fail "qm guest exec on VM $vmid" "a JSON object on stdout" "'$(one_line "$QM_OUT")' (stderr: $(one_line "$QM_ERR"))"
 }
 
 # json_field <field>: a field of qm's JSON object (QM_OUT, checked by json_object); empty when absent.
 json_field() {
-  perl -MJSON::PP -e 'my $v = decode_json(do { local $/; <STDIN> })->{$ARGV[0]}; print defined $v ? $v : ""' \
-    "$1" <<<"$QM_OUT"
+  qm_json_field "$QM_OUT" "$1"
 }
 
 main() {

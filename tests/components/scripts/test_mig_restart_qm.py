@@ -58,3 +58,28 @@ def test_a_guest_step_outliving_qms_timeout_fails_naming_it_not_on_a_parse(tmp_p
     assert line.startswith("mig-restart: guest exec: expected the guest's MIG step to finish within ")
     assert f"saw it still runs in VM {VMID} (pid " in line and line.endswith("qm: timeout reached, returning pid )")
     assert "malformed" not in r.stderr
+
+
+@pytest.mark.parametrize("failure", ["exec-refused", "exec-timeout"])
+def test_a_failing_qm_call_leaves_no_temporary_file(tmp_path: Path, failure: str) -> None:
+    # qm's stderr goes to a temporary file; a failure (qm refusing the exec after the agent answered its ping, or
+    # the guest step outliving qm's timeout) exits from inside the step and must not leave it on the Proxmox node.
+    host, guest = setup(tmp_path)
+    # A plain `mktemp` (the step's own) makes its file under the fake root; the agent's templated ones stay as they are.
+    host.stub_script(
+        "mktemp", 'if [ $# -eq 0 ]; then mkdir -p "$PGC_ROOT/tmp"; exec /usr/bin/mktemp -p "$PGC_ROOT/tmp"; fi\n'
+        'exec /usr/bin/mktemp "$@"',
+    )  # fmt: skip
+    if failure == "exec-refused":  # the agent goes away between the ping and the exec (qm dies, exit 255)
+        (host.bin / "qm").rename(host.bin / "qm-real")
+        host.stub_script(
+            "qm", 'case "$2" in exec) echo "QEMU guest agent is not running" >&2; exit 255 ;; esac\n'
+            'exec "${0%/*}/qm-real" "$@"',
+        )  # fmt: skip
+    else:
+        guest.stub_script("kubectl", "/bin/sleep 2")
+        host.write("fake-exec-timeout", "0.5")
+    r = restart(host)
+    assert r.returncode == 1, r.stdout
+    assert [c for c in r.calls if c.strip() == "mktemp"]
+    assert list((host.root / "tmp").iterdir()) == []
