@@ -10,16 +10,13 @@ import pytest
 
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from tests.components.scripts.fakeguest import FakeGuest, mutating
-from tests.components.scripts.fakekube import FakeCluster, Pod
-from tests.components.scripts.test_rollout import KUBECONFIG, OLD, held, joined_guest, run, spec
+from tests.components.scripts.fakekube import FakeCluster
+from tests.components.scripts.test_rollout import OLD, held, joined_guest, run, spec, two_nodes
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> FakeCluster:
-    c = FakeCluster(tmp_path / "api.json", KUBECONFIG, nodes=["gpu-a", "gpu-b"])
-    c.pods = [Pod("ml", "train-0", "gpu-a"), Pod("ml", "serve-0", "gpu-b")]
-    c.save()
-    return c
+    return two_nodes(tmp_path / "api.json")
 
 
 def operator(node: str) -> GuestBootstrapSpec:

@@ -99,12 +99,17 @@ def roll(guest: FakeGuest, node: str, version: str, max_unavailable: int = 1) ->
     return driver, run(guest, "verify", b)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> FakeCluster:
-    c = FakeCluster(tmp_path / "api.json", KUBECONFIG, nodes=["gpu-a", "gpu-b"])
+def two_nodes(state: Path) -> FakeCluster:
+    """A fake API server (its state in ``state``) with nodes gpu-a and gpu-b, each running one pod."""
+    c = FakeCluster(state, KUBECONFIG, nodes=["gpu-a", "gpu-b"])
     c.pods = [Pod("ml", "train-0", "gpu-a"), Pod("ml", "serve-0", "gpu-b")]
     c.save()
     return c
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> FakeCluster:
+    return two_nodes(tmp_path / "api.json")
 
 
 def test_a_driver_bump_on_a_joined_node_rolls_through_a_slot(tmp_path: Path, cluster: FakeCluster) -> None:
