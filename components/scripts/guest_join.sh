@@ -135,7 +135,18 @@ nodeRegistration:
   name: "$node_name"
   criSocket: unix:///run/containerd/containerd.sock
 EOF
-  tool "kubeadm join" kubeadm join --config "$JOIN_CONFIG"
+  local out rc=0
+  out="$(kubeadm join --config "$JOIN_CONFIG" 2>&1)" || rc=$?
+  if ((rc)) && grep -q 'could not find a JWS signature in the cluster-info ConfigMap' <<<"$out"; then
+    # The API server signs cluster-info for each bootstrap token it holds, and deletes a token when it expires
+    # (kubeadm cmd/kubeadm/app/discovery/token/token.go; kubeadm's tokens live 24 h unless --ttl says otherwise):
+    # a join days after the token was made finds no signature. The token itself is never printed.
+    fail "kubeadm join" "a bootstrap token the API server holds" "none with the kubeadmJoinToken secret's id (expired? \
+kubeadm tokens live 24 h by default): on a control-plane node run 'kubeadm token create --ttl 2h', set the \
+kubeadmJoinToken secret to what it prints and run pulumi up again"
+  fi
+  ((rc == 0)) || fail_output "$out" "kubeadm join" "exit 0" "$rc"
+  printf '%s\n' "$out"
   echo "join: joined as $node_name"
 }
 

@@ -205,6 +205,11 @@ if [ -n "$errs" ]; then
   echo "To see the stack trace of this error execute with --v=5 or higher" >&2; exit 1
 fi
 mkdir -p "$K/pki"; echo "fake cluster CA" > "$K/pki/ca.crt"; echo "kind: Config" > "$K/bootstrap-kubelet.conf"
+if [ -f "$R/fake-kubeadm-token-expired" ]; then  # kubeadm's discovery, after its retries (discovery/token/token.go)
+  id="$(sed -n 's/^    token: "\([a-z0-9]*\)\..*"$/\1/p' "$cfg")"
+  printf 'error execution phase preflight: couldn'"'"'t validate the identity of the API Server: could not find a JWS signature in the cluster-info ConfigMap for token ID "%s"\n' "$id" >&2
+  echo "To see the stack trace of this error execute with --v=5 or higher" >&2; exit 1
+fi
 echo "[kubelet-start] Waiting for the kubelet to perform the TLS Bootstrap"
 if [ -f "$R/fake-kubeadm-tls-timeout" ]; then
   echo "error execution phase kubelet-start: timed out waiting for the condition" >&2

@@ -111,6 +111,21 @@ def test_kubeadm_preflight_errors_are_shown_below_the_line(guest: FakeGuest) -> 
     assert "[kubelet-start] Waiting for the kubelet to perform the TLS Bootstrap" in output
 
 
+def test_an_expired_join_token_says_so_and_how_to_get_a_new_one(guest: FakeGuest) -> None:
+    guest.write("fake-kubeadm-token-expired", "")
+    r = guest.step("join", *join_args(spec()), secrets=SECRETS)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == (
+        "join: kubeadm join: expected a bootstrap token the API server holds, saw none with the kubeadmJoinToken "
+        "secret's id (expired? kubeadm tokens live 24 h by default): on a control-plane node run 'kubeadm token "
+        "create --ttl 2h', set the kubeadmJoinToken secret to what it prints and run pulumi up again"
+    )
+    assert SECRETS["PGC_JOIN_TOKEN"].split(".")[1] not in r.stdout + r.stderr  # never the token's secret half
+    (guest.root / "fake-kubeadm-token-expired").unlink()
+    again = guest.step("join", *join_args(spec()), secrets=SECRETS)  # with a valid token: joins, nothing left over
+    assert again.returncode == 0, again.stderr
+
+
 def test_nvidia_smi_after_a_driver_change_without_its_reboot(guest: FakeGuest) -> None:
     run_chain(guest, chain(spec()))
     bumped = spec(driverVersion="580.105.08")
