@@ -149,7 +149,11 @@ other_kind() {
   for pkg in nvidia-headless nvidia-headless-no-dkms nvidia-dkms nvidia-kernel-source; do
     installed_matching "$pkg-$branch$suffix$other"
   done
-  installed_matching "linux-modules-nvidia-$branch$suffix$other-*" | grep -v "^linux-modules-nvidia-$branch$suffix$open-" || true
+  if [[ -n "$other" ]]; then
+    installed_matching "linux-modules-nvidia-$branch$suffix-open-*"
+  else # the proprietary kind's glob matches the open kind's names too: those stay
+    installed_matching "linux-modules-nvidia-$branch$suffix-*" | grep -v "^linux-modules-nvidia-$branch$suffix-open-" || true
+  fi
 }
 
 # tracking_headers <dpkg-query listing of linux-image-*>: the linux-headers metapackage of every installed kernel

@@ -141,5 +141,8 @@ def test_a_kernel_module_type_swap_at_the_same_build_reboots_into_the_other_kind
         assert status[f"nvidia-kernel-source-580-server{suffix}"].split()[1] == version
         other = "nvidia-kernel-source-580-server" + ("" if suffix else "-open")
         assert other not in status or not status[other].startswith(("ii", "hi"))
+        lrm = [p for p, st in status.items() if p.startswith("linux-modules-nvidia-") and st.startswith(("ii", "hi"))]
+        assert all(p.startswith(f"linux-modules-nvidia-580-server{suffix}-") for p in lrm), lrm
+        assert all(("-open-" in p) == (modules == "open") for p in lrm), lrm
         held = set(guest.holds())
         assert not [h for h in held if h.startswith("nvidia-headless") and not h.endswith(suffix or "server")], held
