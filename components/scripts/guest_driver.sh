@@ -226,18 +226,12 @@ host_module_left() {
   local boot=""
   marker host-driver.removed || return 1
   read -r boot <"$ROOT$STATE_DIR/host-driver.removed" || true
-  if [[ "$boot" != "$(boot_id)" ]]; then
-    unmark host-driver.removed
-    return 1
+  if [[ "$boot" == "$(boot_id)" ]] && loaded nvidia; then
+    modprobe -r nvidia_uvm nvidia_drm nvidia_modeset nvidia >/dev/null 2>&1 || true
+    loaded nvidia && return 0
   fi
-  loaded nvidia || {
-    unmark host-driver.removed
-    return 1
-  }
-  if modprobe -r nvidia_uvm nvidia_drm nvidia_modeset nvidia >/dev/null 2>&1 && ! loaded nvidia; then
-    unmark host-driver.removed
-    return 1
-  fi
+  unmark host-driver.removed
+  return 1
 }
 
 # module_current: the running kernel has (or loads now) the installed driver's module, of the wanted kind (a

@@ -297,9 +297,14 @@ remove_host_driver() {
   mapfile -t pkgs < <(host_driver_packages)
   ((${#pkgs[@]})) || return 0
   mark host-driver.removed
-  tool "apt-mark unhold" apt-mark unhold "${pkgs[@]}" >/dev/null
-  apt "apt-get purge" purge -y -q "${pkgs[@]}"
+  unhold_and_purge "${pkgs[@]}"
   echo "driver: host driver removed (${pkgs[*]}): driver mode $mode"
+}
+
+# unhold_and_purge <package>...: the holds off, then the packages purged.
+unhold_and_purge() {
+  tool "apt-mark unhold" apt-mark unhold "$@" >/dev/null
+  apt "apt-get purge" purge -y -q "$@"
 }
 
 # purge_driver: the driver, the utilities and the precompiled modules (the module is part of the driver).
@@ -315,7 +320,6 @@ purge_driver() {
     echo "driver: nothing to purge"
     return 0
   fi
-  tool "apt-mark unhold" apt-mark unhold "${pkgs[@]}"
-  apt "apt-get purge" purge -y -q "${pkgs[@]}"
+  unhold_and_purge "${pkgs[@]}"
   echo "driver: purged ${pkgs[*]} (the running module stays until the next boot)"
 }
