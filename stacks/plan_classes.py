@@ -157,9 +157,11 @@ def _refusal(field: str, old: Any, new: Any, spec_old: Mapping[str, Any], spec_n
     if field == "KubernetesSpec.version":
         joined = _names(spec_old, "workers") & _names(spec_new, "workers")
         kubeadm = (spec_old.get("kubernetes") or {}).get("joinMethod") == "kubeadm"
-        # no worker joined under the old minor: new workers join at the new one
-        refused = _minor(old) != _minor(new) and bool(joined) and kubeadm
-        why = klass.what
+        # no worker joined under the old minor: new workers join at the new one; joined ones go up one minor
+        # (guest_join.sh refuses the rest on the machine too)
+        a, b = _minor(old), _minor(new)
+        one_up = len(a) == len(b) == 2 and a[0] == b[0] and b[1] == a[1] + 1
+        refused = a != b and not one_up and bool(joined) and kubeadm
     elif field == "Worker.diskGiB":
         refused = isinstance(old, int) and isinstance(new, int) and new < old
     elif klass.refused_when.startswith("the new version is lower"):
@@ -222,7 +224,8 @@ def rolled_machines(before: Mapping[str, Any], after: Mapping[str, Any]) -> set[
 
 def refused_rows(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> dict[str, list[str]]:
     """Resource name -> why it will fail at ``pulumi up`` because of a refused spec change: a worker's VM for a
-    datastore move or a smaller disk, every joined worker's join step for a new Kubernetes minor."""
+    datastore move or a smaller disk, every joined worker's join step for a Kubernetes minor lower or more than one
+    above the old one."""
     out: dict[str, list[str]] = {}
     specs = after.get("specs") or {}
     for change in field_changes(before, after):

@@ -71,21 +71,24 @@ def summary(
 
 
 def _drained(touched: Sequence[Change], prefix: str, before: Plan, after: Plan) -> list[str]:
-    """The workers drained through a rollout slot: those whose driver or MIG step runs again, for a changed spec
-    field whose class drains (``core/change_classes.py``: a drain or slot setting, ``sshAgent``, ``authMode`` or
-    ``joinMethod`` changes the step's command or connection, and the step drains nothing for it) or for a change
-    of what the step runs (its agent bundle: the diff cannot tell what the new code decides). Without the specs
-    (an older revision's plan document) every such step counts."""
-    steps = {c.name: o for c in touched if (o := _owner(c, ("-bootstrap-driver", "-mig-begin"), prefix)) is not None}
+    """The workers drained through a rollout slot: those whose driver, join or MIG step runs again, for a changed
+    spec field whose class drains (``core/change_classes.py``: a drain or slot setting, ``sshAgent``, ``authMode``
+    or ``joinMethod`` changes the step's command or connection, and the step drains nothing for it) or, for the
+    driver and MIG steps, for a change of what the step runs (its agent bundle: the diff cannot tell what the new
+    code decides; the join step drains only for a new minor, which is a spec change). Without the specs (an older
+    revision's plan document) every driver and MIG step counts, and no join step (its re-runs are mostly a new
+    join token or new code)."""
     rolled = rolled_machines(before, after) if before is not None and after is not None else None
     bundles = {c.name for c in touched if c.bundle}
-    return sorted(
-        {
-            owner
-            for name, owner in steps.items()
-            if rolled is None or ALL in rolled or owner in rolled or name in bundles
-        }
-    )
+    out: set[str] = set()
+    for c in touched:
+        if (owner := _owner(c, ("-bootstrap-driver", "-mig-begin"), prefix)) is not None:
+            drains = rolled is None or ALL in rolled or owner in rolled or c.name in bundles
+        elif (owner := _owner(c, ("-bootstrap-join",), prefix)) is not None:
+            drains = rolled is not None and (ALL in rolled or owner in rolled)
+        if owner is not None and drains:
+            out.add(owner)
+    return sorted(out)
 
 
 def agent_steps(changes: Sequence[Change], prefix: str = "") -> dict[str, list[str]]:

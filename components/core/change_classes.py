@@ -159,12 +159,12 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
         supported=False,
     ),
     "KubernetesSpec.version": _c(
-        "refused",
-        "a joined worker's join step refuses a new minor (upgrade it with kubeadm upgrade node)",
-        "upgrade each joined worker by hand (drain; apt-get install kubeadm 1.<new>; kubeadm upgrade node; "
-        "kubelet and kubectl 1.<new>; restart kubelet; uncordon), then change kubernetes.version",
-        supported=False,
-        when="workers that joined under the old minor remain",
+        "rolled",
+        "each joined worker moves up one minor in its rollout slot once the API server is at it (drain, kubeadm, "
+        "kubeadm upgrade node, kubelet and kubectl, kubelet restarted and reporting the new version, verify)",
+        "upgrade the control plane first; then one minor at a time; a lower minor: rebuild each worker (pulumi up "
+        "--replace its VM)",
+        when="the minor goes down, or up by more than one, while workers that joined under the old one remain",
     ),
     "KubernetesSpec.joinMethod": _c("in-place", "join and rollout steps are added or dropped; nodes stay in service"),
     "KubernetesSpec.drain": _c("in-place", "see DrainSpec's fields"),

@@ -53,7 +53,7 @@ GUEST_STEPS: dict[str, tuple[str, ...]] = {
         *_CLUSTER,
     ),
     "runtime": ("guest_lib.sh", "guest_runtime.sh"),
-    "join": ("guest_lib.sh", "guest_join.sh"),
+    "join": ("guest_lib.sh", "guest_rollout.sh", "guest_join.sh", *_CLUSTER, "agent/upgrade.py"),
     "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", *_CLUSTER),
     "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig_mode.sh", "guest_mig.sh", *_CLUSTER),
     "capacity": ("guest_lib.sh", "guest_capacity.sh", "agent/capacity.py"),

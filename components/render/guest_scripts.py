@@ -105,8 +105,10 @@ def runtime_args(b: GuestBootstrapSpec) -> list[str]:
 
 
 def join_args(b: GuestBootstrapSpec) -> list[str]:
-    """guest_join.sh arguments (no secrets: those go through ``secret_stdin``)."""
-    return ["--node-name", b.node_name, "--api-endpoint", b.api_endpoint, "--minor", str(b.kubernetes_minor)]
+    """guest_join.sh arguments (no secrets: those go through ``secret_stdin``); the rollout settings for the minor
+    upgrade of a joined node."""
+    args = ["--node-name", b.node_name, "--api-endpoint", b.api_endpoint, "--minor", str(b.kubernetes_minor)]
+    return args + rollout_args(b)
 
 
 def verify_args(b: GuestBootstrapSpec) -> list[str]:
@@ -128,6 +130,8 @@ def verify_args(b: GuestBootstrapSpec) -> list[str]:
         args += ["--kernel-arg", arg]
     if b.kernel_below is not None:
         args += ["--kernel-below", b.kernel_below]
+    if b.join_method == "kubeadm":  # the minor the join step installed or upgraded to (and a new one reruns verify)
+        args += ["--kubernetes", str(b.kubernetes_minor)]
     return args + rollout_args(b)
 
 

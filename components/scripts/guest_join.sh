@@ -4,9 +4,16 @@
 # left alone; the leftovers of a join that failed half-way (bootstrap-kubelet.conf, pki/ca.crt without
 # kubelet.conf: a TLS bootstrap that timed out), which fail kubeadm's preflight checks, are cleared with
 # `kubeadm reset -f` first.
-# Sent after guest_lib.sh.
+# A joined node one minor behind is upgraded in its rollout slot, as kubeadm's upgrade guide does a worker
+# (kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/, "Upgrade worker nodes"): only once the API
+# server is at the new minor (a kubelet is never newer than its API server), drain, kubeadm of the new minor,
+# `kubeadm upgrade node`, kubelet and kubectl, kubelet restarted, then wait until the Node reports the new kubelet
+# version; the verify step uncordons it. A marker records an upgrade begun, so a run killed anywhere in it finishes
+# it (restarting a kubelet whose package is new already). Skipping a minor is unsupported by kubeadm, and a joined
+# node is never downgraded: both are refused before anything changes.
+# Sent after guest_lib.sh and guest_rollout.sh.
 #
-# Usage: guest_join.sh --node-name NAME --api-endpoint HOST:PORT|[IPV6]:PORT --minor NN
+# Usage: guest_join.sh --node-name NAME --api-endpoint HOST:PORT|[IPV6]:PORT --minor NN [--rollout 1 ...]
 # The bootstrap token and the CA cert hash are never arguments (a process list shows those): they arrive as
 # shell variables PGC_JOIN_TOKEN and PGC_CA_CERT_HASH assigned at the top of this script's stdin, are never
 # printed, and reach kubeadm inside a root-only JoinConfiguration file that is removed when the step ends.
@@ -20,7 +27,7 @@ while (($#)); do
   --node-name) node_name="$2" ;;
   --api-endpoint) api_endpoint="$2" ;;
   --minor) minor="$2" ;;
-  *) die "unknown argument $1" ;;
+  *) rollout_arg "$1" "$2" || die "unknown argument $1" ;;
   esac
   shift 2
 done
@@ -28,10 +35,13 @@ done
 [[ "$api_endpoint" =~ ^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$ ]] ||
   fail "--api-endpoint" "host:port or [IPv6]:port" "'$api_endpoint'"
 [[ "$minor" =~ ^[0-9]{2}$ ]] || fail "--minor" "a two-digit minor version" "'$minor'"
+rollout_check_args
 
 KUBELET_CONF="/etc/kubernetes/kubelet.conf"
 JOIN_CONFIG="" # global: the EXIT trap removes it after main has returned
 PACKAGES=(kubelet kubeadm kubectl)
+UPGRADE="kubernetes-upgrade" # marker: an upgrade to the minor it holds has begun on this joined node
+KUBELET_WAIT=300             # seconds for the restarted kubelet to report its version
 
 swap_off() {
   local fstab
@@ -71,6 +81,29 @@ br_netfilter"
   fi
 }
 
+# kubernetes_repo: the minor's repository, and the newest build of kubeadm in it in BUILD. apt never picks an older
+# version by itself, so `apt-get install kubeadm` on a node holding 1.(N+1) would keep it (a kubelet newer than the
+# control plane) when the minor went down before the join (apt_preferences(5): a downgrade needs a pin priority
+# above 1000 or an explicit version): every install names the build.
+BUILD=""
+kubernetes_repo() {
+  apt_repo kubernetes "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/Release.key" \
+    "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/ /"
+  apt_update
+  BUILD="$(apt-cache madison kubeadm | awk -v want="1.$minor." '{ if (index($3, want) == 1) { print $3; exit } }')"
+  [[ -n "$BUILD" ]] || fail "kubeadm 1.$minor.x" "a build in pkgs.k8s.io v1.$minor" "none (apt-cache madison kubeadm)"
+}
+
+# installed_at <build> <package>...: each package is installed at the build, else the step fails.
+installed_at() {
+  local build="$1" pkg have
+  shift
+  for pkg in "$@"; do
+    have="$(installed_version "$pkg")"
+    [[ "$have" == "$build" ]] || fail "$pkg after apt-get install" "$build" "${have:-not installed}"
+  done
+}
+
 install_kubernetes() {
   local pkg have current=1
   for pkg in "${PACKAGES[@]}"; do
@@ -78,32 +111,64 @@ install_kubernetes() {
     [[ "$have" == "1.$minor."* ]] || current=0
   done
   [[ -n "$(installed_version cri-tools)" ]] || current=0
-  if ((current)); then
+  if ((current)) && ! marker "$UPGRADE"; then
     echo "kubernetes: packages 1.$minor (present)"
     return 0
   fi
-  have="$(installed_version kubeadm)"
-  if [[ -n "$have" && -f "$ROOT$KUBELET_CONF" ]]; then
-    fail "kubeadm" "1.$minor.x" "$have on a node that has joined; upgrade it with kubeadm upgrade node, not here"
+  have="$(installed_version kubelet)"
+  if [[ -f "$ROOT$KUBELET_CONF" ]] && { [[ -n "$have" ]] || marker "$UPGRADE"; }; then
+    upgrade_node "$have"
+    return 0
   fi
-  apt_repo kubernetes "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/Release.key" \
-    "https://pkgs.k8s.io/core:/stable:/v1.$minor/deb/ /"
-  apt_update
-  # The minor's newest build, named: apt never picks an older version by itself, so `apt-get install kubeadm`
-  # on a node holding 1.(N+1) would keep it (a kubelet newer than the control plane) when the minor went down
-  # before the join (apt_preferences(5): a downgrade needs a pin priority above 1000 or an explicit version).
-  local build pkg pinned=()
-  build="$(apt-cache madison kubeadm | awk -v want="1.$minor." '{ if (index($3, want) == 1) { print $3; exit } }')"
-  [[ -n "$build" ]] || fail "kubeadm 1.$minor.x" "a build in pkgs.k8s.io v1.$minor" "none (apt-cache madison kubeadm)"
-  for pkg in "${PACKAGES[@]}"; do pinned+=("$pkg=$build"); done
+  local pinned=()
+  kubernetes_repo
+  for pkg in "${PACKAGES[@]}"; do pinned+=("$pkg=$BUILD"); done
   # crictl (cri-tools), which the verify step asks for the running containerd's config: kubeadm depends on it only
   # in 1.30 and 1.31 (kubernetes/release cmd/krel/templates/latest/metadata.yaml), so it is named; the minor's
   # repository has its build.
   apt_install "${pinned[@]}" cri-tools
-  for pkg in "${PACKAGES[@]}"; do
-    have="$(installed_version "$pkg")"
-    [[ "$have" == "$build" ]] || fail "$pkg after apt-get install" "$build" "${have:-not installed}"
-  done
+  installed_at "$BUILD" "${PACKAGES[@]}"
+}
+
+# upgrade_node <installed kubelet version>: the joined node's minor upgrade (see the header), resumed when the
+# marker says one has begun.
+upgrade_node() {
+  local have="$1" from why
+  from="$(sed -n 's/^1\.\([0-9]*\)\..*/\1/p' <<<"$have")"
+  if ! marker "$UPGRADE"; then
+    [[ -n "$from" ]] || fail "kubelet" "a 1.N.P package" "'$have'"
+    ((10#$from < 10#$minor)) || fail "kubernetes.version" "1.$from or later on a node that joined at 1.$from" \
+      "1.$minor: a joined node is never downgraded (rebuild it: pulumi up --replace its VM)"
+    ((10#$minor == 10#$from + 1)) || fail "kubernetes.version" "1.$((10#$from + 1)) (one minor at a time)" \
+      "1.$minor: kubeadm does not skip minors; set kubernetes.version to each minor in turn"
+    why="Kubernetes 1.$from -> 1.$minor"
+  elif [[ "$(cat "$ROOT$STATE_DIR/$UPGRADE")" != "1.$minor" ]]; then
+    fail "kubernetes.version" "$(cat "$ROOT$STATE_DIR/$UPGRADE") (an upgrade begun on this node)" "1.$minor"
+  else
+    why="Kubernetes 1.$minor (an upgrade begun earlier)"
+  fi
+  ((ROLLOUT)) || fail "kubernetes upgrade" "the rollout settings (--rollout 1)" "none"
+  rollout_joined || fail "kubernetes upgrade" "node $node_name in the cluster" "none (kubectl get node)"
+  upgrade_agent server --minor "$minor"
+  rollout_begin "$why"
+  marker "$UPGRADE" || mark "$UPGRADE" "1.$minor"
+  kubernetes_repo
+  apt_install "kubeadm=$BUILD"
+  installed_at "$BUILD" kubeadm
+  tool "kubeadm upgrade node" kubeadm upgrade node
+  apt_install "kubelet=$BUILD" "kubectl=$BUILD" cri-tools
+  installed_at "$BUILD" "${PACKAGES[@]}"
+  tool "systemctl daemon-reload" systemctl daemon-reload
+  tool "systemctl restart kubelet" systemctl restart kubelet
+  upgrade_agent kubelet --node "$node_name" --version "v${BUILD%%-*}" --timeout "$KUBELET_WAIT" \
+    --poll "$ROLLOUT_POLL"
+  unmark "$UPGRADE"
+  echo "kubernetes: upgraded to $BUILD (the verify step uncordons the node)"
+}
+
+# upgrade_agent <upgrade.py command and flags...>: run it as the node (kubelet's kubeconfig), failing the step.
+upgrade_agent() {
+  python3 "$PGC_AGENT_DIR/upgrade.py" "$@" --kubeconfig "$ROLLOUT_KUBECONFIG" --api "$ROLLOUT_API" || exit
 }
 
 # kubelet_enabled: kubelet starts at boot (checked every run: a run killed after the install did not enable it).

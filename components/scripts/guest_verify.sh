@@ -11,17 +11,18 @@
 #
 # Usage: guest_verify.sh --gpu VENDOR:DEVICE=PRODUCT [--gpu ...] [--nvidia-smi 0|1] [--driver VERSION|BRANCH]
 #                        [--containerd-nvidia 0|1] [--vfio 0|1] [--kvm 0|1] [--kernel-arg ARG ...]
-#                        [--kernel-below MAJOR.MINOR]
+#                        [--kernel-below MAJOR.MINOR] [--kubernetes MINOR]
 #                        [--rollout 1 --rollout-node NAME --rollout-api HOST:PORT ...] (guest_rollout.sh)
 # A node the driver step cordoned for a rolling change (guest_rollout.sh) is uncordoned once it passed and its slot
 # given back; when it fails, the slot is given back and the node stays cordoned.
+# --kubernetes: the kubelet package of that minor is installed (after the join step's install or upgrade).
 # PRODUCT is the NVML name with spaces as dashes (NVIDIA-A10). Prints "verify: driver: <version>" (host driver)
 # and "verify: ok: ..." or fails naming what was expected and what was seen.
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="verify"
 
-gpus=() nvidia_smi=0 driver="" containerd_nvidia=0 vfio=0 kvm=0 kernel_args=() kernel_below=""
+gpus=() nvidia_smi=0 driver="" containerd_nvidia=0 vfio=0 kvm=0 kernel_args=() kernel_below="" kubernetes=""
 while (($#)); do
   case "$1" in
   --vfio) vfio="$2" ;;
@@ -31,12 +32,14 @@ while (($#)); do
   --gpu) gpus+=("$2") ;;
   --nvidia-smi) nvidia_smi="$2" ;;
   --driver) driver="$2" ;;
+  --kubernetes) kubernetes="$2" ;;
   --containerd-nvidia) containerd_nvidia="$2" ;;
   *) rollout_arg "$1" "$2" || die "unknown argument $1" ;;
   esac
   shift 2
 done
 rollout_check_args
+[[ -z "$kubernetes" || "$kubernetes" =~ ^[0-9]{2}$ ]] || fail "--kubernetes" "a two-digit minor version" "'$kubernetes'"
 ((${#gpus[@]})) || fail "arguments" "at least one --gpu" "none"
 # The flags reach (( )) below, which evaluates its operand as arithmetic (an array index in it runs command
 # substitutions): only 0 or 1 passes.
@@ -139,6 +142,12 @@ check_kernel_release() {
   fi
 }
 
+check_kubelet() {
+  local have
+  have="$(installed_version kubelet)"
+  [[ "$have" == "1.$kubernetes."* ]] || fail "kubelet package" "1.$kubernetes.x" "${have:-not installed}"
+}
+
 check_kvm() {
   [[ -e "$ROOT/dev/kvm" ]] ||
     fail "/dev/kvm" "the KVM device (nested virtualization: cpu host, and nested=1 in the Proxmox node's kvm module)" \
@@ -160,6 +169,7 @@ main() {
   ((kvm)) && check_kvm
   ((nvidia_smi)) && check_nvidia_smi
   ((containerd_nvidia)) && check_containerd
+  [[ -n "$kubernetes" ]] && check_kubelet
   echo "verify: ok: $(printf '%s\n' "${gpus[@]#*=}" | paste -sd, -)"
   # The reboot the driver step scheduled (its marker names the boot it was scheduled from) happened and the node
   # passed: the marker has done its job. One of this boot stays: that reboot is still to come.

@@ -54,7 +54,8 @@ def test_only_rolled_fields_drain_and_the_issues_false_drains_do_not() -> None:
 def test_the_issues_no_path_changes_are_refused_with_a_procedure() -> None:
     version, datastore, disk = (field_class(k) for k in ("KubernetesSpec.version", "Worker.datastore",
                                                           "Worker.diskGiB"))  # fmt: skip
-    assert version is not None and version.change == "refused" and "kubeadm upgrade node" in version.procedure
+    assert version is not None and version.change == "rolled" and "kubeadm upgrade node" in version.what
+    assert "more than one" in version.refused_when and "one minor at a time" in version.procedure
     assert datastore is not None and datastore.change == "refused" and "--replace" in datastore.procedure
     assert disk is not None and "smaller" in disk.refused_when and "--replace" in disk.procedure
 

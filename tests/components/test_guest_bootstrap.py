@@ -110,8 +110,9 @@ def test_join_secrets_only_travel_secret_on_stdin() -> None:
     expected = {"PGC_JOIN_TOKEN": SECRETS["kubeadmJoinToken"], "PGC_CA_CERT_HASH": SECRETS["kubeadmCaCertHash"]}
     assert stdin == secrets_stdin(expected)  # the secrets and nothing else: no script rides in state
     assert join.plain_inputs["create"] == (
-        f"{run_bundle('join')} --node-name ts-1 --api-endpoint k8s.example.test:6443 --minor 34"
-    )
+        f"{run_bundle('join')} --node-name ts-1 --api-endpoint k8s.example.test:6443 --minor 34 --rollout 1 "
+        "--rollout-node ts-1 --rollout-api k8s.example.test:6443"
+    )  # the rollout settings: a joined node's minor upgrade takes a slot
     assert join.plain_inputs["logging"] == "none"
     assert set(join.additional_secret_outputs) >= {"stdin", "stdout", "stderr"}
 
@@ -204,7 +205,7 @@ def test_verify_expects_every_assigned_gpu() -> None:
     chain = steps(plan_stack(base_spec()), "ts-1")
     assert chain["verify"].plain_inputs["create"] == (
         f"{run_bundle('verify')} --gpu 10de:2236=NVIDIA-A10 --gpu 10de:2236=NVIDIA-A10 --nvidia-smi 1 --driver 580 "
-        "--containerd-nvidia 1 --rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443"
+        "--containerd-nvidia 1 --kubernetes 34 --rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443"
     )  # the rollout settings are all at their defaults, which the script has too
 
 

@@ -199,10 +199,13 @@ def test_a_driver_bump_still_drains_every_worker_through_slots(tmp_path: Any) ->
 
 
 @pytest.mark.slow
-def test_a_new_kubernetes_minor_and_a_datastore_move_are_refused_before_up(tmp_path: Any) -> None:
-    text = plan_diff(tmp_path, lambda c: spec(c)["kubernetes"].update(version="1.35"))
+def test_a_skipped_kubernetes_minor_and_a_datastore_move_are_refused_before_up(tmp_path: Any) -> None:
+    text = plan_diff(tmp_path, lambda c: spec(c)["kubernetes"].update(version="1.36"))
     assert text.startswith("WILL FAIL at pulumi up (4 resource(s)")
-    assert "REFUSED: no supported path for 1 spec change(s)" in text and "kubeadm upgrade node" in text
+    assert "REFUSED: no supported path for 1 spec change(s)" in text and "one minor at a time" in text
+    upgrade = plan_diff(tmp_path / "u", lambda c: spec(c)["kubernetes"].update(version="1.35"))  # the next minor
+    assert "WILL FAIL" not in upgrade and "REFUSED" not in upgrade
+    assert "4 GPU node(s) drained and changed, 1 at a time (4 round(s))" in upgrade
     moved = plan_diff(tmp_path / "m", lambda c: worker(c, "gpu-a10-b").update(datastore="ceph"))
     assert moved.startswith("WILL FAIL at pulumi up (1 resource(s)") and "gpu-a10-b-vm" in moved.splitlines()[0]
     assert "cannot move the Cloud-Init drive while the VM is running" in moved

@@ -76,6 +76,10 @@ def _branch(config: dict[str, Any]) -> None:
     spec(config)["gpuOperator"]["driverBranch"] = "595"
 
 
+def _kubernetes_minor(config: dict[str, Any]) -> None:
+    spec(config)["kubernetes"]["version"] = "1.35"
+
+
 def _replicas(config: dict[str, Any]) -> None:
     for name in ("gpu-a10-a", "gpu-a10-b"):
         worker(config, name)["timeSlicing"]["replicas"] = 8
@@ -156,6 +160,7 @@ SCENARIOS = {
         Scenario("smoke-test-image", _smoke_image),
         Scenario("rotate-join-token", _rotate_token, base=_old_token),
         Scenario("renumber-host", _renumber_host),
+        Scenario("kubernetes-minor-upgrade", _kubernetes_minor),
     )
 }
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.stacks.plan_classes import ALL, field_changes, refused_rows, rolled_machines
 from proxmox_gpu_cluster.stacks.plan_context import spec_view
@@ -70,15 +72,25 @@ def test_drain_slot_and_connection_settings_drain_nothing_but_a_driver_or_geomet
     assert rolled_machines({}, {"specs": {}}) is None  # an older revision's document: nothing can be said
 
 
-def test_a_new_kubernetes_minor_fails_every_joined_workers_join_step_with_the_procedure() -> None:
+def test_the_next_kubernetes_minor_rolls_every_joined_worker_and_is_not_refused() -> None:
     before, after = documents(lambda s: s["kubernetes"].update(version="1.35"))
     [change] = field_changes(before, after)
-    assert change.refused and "kubeadm upgrade node" in change.refused
+    assert not change.refused and change.klass is not None and change.klass.change == "rolled"
+    assert "kubeadm upgrade node" in change.klass.what
+    assert rolled_machines(before, after) == {ALL} and refused_rows(before, after, "cluster-") == {}
+
+
+@pytest.mark.parametrize(("version", "shown"), [("1.36", "1.34 → 1.36"), ("1.33", "1.34 → 1.33")])
+def test_a_lower_minor_or_a_skipped_one_fails_every_joined_workers_join_step_with_the_procedure(
+    version: str, shown: str
+) -> None:
+    before, after = documents(lambda s: s["kubernetes"].update(version=version))
+    [change] = field_changes(before, after)
+    assert change.refused.startswith("the minor goes down, or up by more than one, while workers that joined")
+    assert "instead: upgrade the control plane first; then one minor at a time" in change.refused
     rows = refused_rows(before, after, "cluster-")
     assert set(rows) == {f"cluster-{w}-bootstrap-join" for w in ("gpu-a10-a", "gpu-a10-b", "gpu-a100-a", "gpu-a100-b")}
-    assert all(
-        line.startswith("will fail: cluster.kubernetes.version 1.34 → 1.35: ") for r in rows.values() for line in r
-    )
+    assert all(line.startswith(f"will fail: cluster.kubernetes.version {shown}: ") for r in rows.values() for line in r)
 
 
 def test_a_new_minor_with_no_joined_worker_left_is_not_refused() -> None:

@@ -170,7 +170,7 @@ echo "$*" > "$R/fake-reboot-scheduled"; echo "Running timer as unit: $unit.timer
 _SYSTEMCTL = r"""q=""; c="$1"; shift; [ "$1" = --quiet ] && { q=1; shift; }
 en="$R/fake-systemd-enabled"; u="$1"
 case "$c" in
-restart) [ "$u" = containerd ] && containerd_started ;;
+restart) if [ "$u" = containerd ]; then containerd_started; fi ;;
 enable) grep -qxF "$u" "$en" 2>/dev/null || { echo "$u" >> "$en"; echo "Created symlink /etc/systemd/system/multi-user.target.wants/$u.service." >&2; } ;;
 is-enabled) grep -qxF "$u" "$en" 2>/dev/null && { [ -n "$q" ] || echo enabled; exit 0; }; [ -n "$q" ] || echo disabled; exit 1 ;;
 is-active) case "$u" in *.timer) [ -f "$R/fake-reboot-scheduled" ] && exit 0 ;; esac; [ -n "$q" ] || echo inactive; exit 3 ;;
@@ -190,6 +190,15 @@ _KUBEADM = r"""K="$R/etc/kubernetes"
 if [ "$1" = reset ]; then
   rm -rf "$K/kubelet.conf" "$K/bootstrap-kubelet.conf" "$K/pki" "$K/manifests"
   echo "[reset] Deleted contents of the etc/kubernetes directory: /etc/kubernetes"; exit 0
+fi
+if [ "$1 $2" = "upgrade node" ]; then  # a worker: the kubelet configuration of kubeadm's version, from the cluster
+  [ -f "$K/kubelet.conf" ] || { echo "[upgrade] couldn't create a Kubernetes client from file \"/etc/kubernetes/kubelet.conf\": open /etc/kubernetes/kubelet.conf: no such file or directory" >&2; exit 1; }
+  v="$(dpkg-query -W -f='${Version}' kubeadm 2>/dev/null)"
+  echo "[upgrade] Reading configuration from the cluster..."
+  echo "[upgrade] Skipping phase. Not a control plane node."
+  mkdir -p "$R/var/lib/kubelet"; echo "# written by kubeadm upgrade node ${v%%-*}" > "$R/var/lib/kubelet/config.yaml"
+  echo "[kubelet-start] Writing kubelet configuration to file \"/var/lib/kubelet/config.yaml\""
+  echo "[upgrade] The configuration for this node was successfully upgraded!"; exit 0
 fi
 cfg="$3"; stat -c %a "$cfg" > "$R/join-config-mode"; cp "$cfg" "$R/join-config"
 printf "%s\n" "$cfg" > "$R/join-config-path"

@@ -222,14 +222,28 @@ def test_join_on_an_older_minor_uses_v1beta3(guest: FakeGuest) -> None:
     assert guest.read("etc/apt/sources.list.d/kubernetes.list").strip().endswith("/core:/stable:/v1.30/deb/ /")
 
 
-def test_joined_node_on_another_minor_is_not_touched(guest: FakeGuest) -> None:
+@pytest.mark.parametrize(
+    ("have", "minor", "why"),
+    [
+        ("1.35.1-1.1", 34, "join: kubernetes.version: expected 1.35 or later on a node that joined at 1.35, saw 1.34: "
+         "a joined node is never downgraded (rebuild it: pulumi up --replace its VM)"),
+        ("1.32.9-1.1", 34, "join: kubernetes.version: expected 1.33 (one minor at a time), saw 1.34: kubeadm does not "
+         "skip minors; set kubernetes.version to each minor in turn"),
+    ],
+)  # fmt: skip
+def test_a_joined_node_is_never_downgraded_nor_upgraded_past_a_minor(
+    guest: FakeGuest, have: str, minor: int, why: str
+) -> None:
+    # kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/: "Skipping MINOR versions when upgrading
+    # is unsupported"; a downgrade has no kubeadm procedure at all. Refused before anything changes.
     for package in ("kubelet", "kubeadm", "kubectl"):
-        guest.write(f"var/lib/fake-dpkg/{package}", "1.33.5-1.1")
+        guest.write(f"var/lib/fake-dpkg/{package}", have)
     guest.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
-    r = guest.step("join", *join_args(spec()), secrets=SECRETS)
+    r = guest.step("join", *join_args(spec(kubernetesMinor=minor)), secrets=SECRETS)
     assert r.returncode == 1
-    assert "join: kubeadm: expected 1.34.x, saw 1.33.5-1.1 on a node that has joined" in r.stderr
-    assert not [c for c in r.calls if c.startswith(("apt-get", "kubeadm"))]
+    assert why in r.stderr
+    assert not [c for c in r.calls if c.startswith(("apt-get", "kubeadm", "kubectl", "python3"))]
+    assert guest.installed("kubelet") == have
 
 
 def test_swap_is_turned_off_and_stays_off(guest: FakeGuest) -> None:

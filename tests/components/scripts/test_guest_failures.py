@@ -175,7 +175,9 @@ def test_a_run_that_cannot_get_the_lock_in_time_names_the_holder(guest: FakeGues
     holder.start()
     while not (guest.root / "order").exists():
         time.sleep(0.05)
-    text = "PGC_LOCK_WAIT=1\n" + (SCRIPTS / "guest_lib.sh").read_text() + (SCRIPTS / "guest_join.sh").read_text()
+    text = "PGC_LOCK_WAIT=1\n" + "".join(
+        (SCRIPTS / f).read_text() for f in ("guest_lib.sh", "guest_rollout.sh", "guest_join.sh")
+    )
     r = guest.run_stdin(text, *join_args(spec()))
     holder.join()
     pid = guest.read("order").split()[1]

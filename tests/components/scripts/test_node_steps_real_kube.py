@@ -47,6 +47,7 @@ def guest_of(rc: RealCluster, root: Path, node: str, joined: bool = True) -> Fak
 def join(rc: RealCluster, guest: FakeGuest, node: str) -> None:
     guest.write("etc/kubernetes/kubelet.conf", "")
     rc.node_kubeconfig(node, guest.root / "etc/kubernetes/kubelet.conf")
+    guest.write("var/lib/fake-dpkg/kubelet", "1.34.2-1.1")  # the kubelet the join step installed
 
 
 def spec(rc: RealCluster, node: str, version: str, namespace: str, **extra: object) -> GuestBootstrapSpec:

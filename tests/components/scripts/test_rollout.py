@@ -64,8 +64,9 @@ def run(guest: FakeGuest, step: str, b: GuestBootstrapSpec) -> Result:
 
 
 def join(guest: FakeGuest, node: str) -> None:
-    """What kubeadm join leaves: kubelet's kubeconfig for ``node``, mode 600."""
+    """What the join step leaves: kubelet's kubeconfig for ``node``, mode 600, and the kubelet package."""
     guest.write("etc/kubernetes/kubelet.conf", kubelet_conf(node)).chmod(0o600)
+    guest.write("var/lib/fake-dpkg/kubelet", "1.34.2-1.1")  # and the kubelet it installed
 
 
 def assert_as_the_node(guest: FakeGuest, cluster: FakeCluster, *results: Result) -> None:
