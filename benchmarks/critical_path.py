@@ -66,7 +66,7 @@ def main() -> int:
         seconds[role] = float(value)
 
     sys.path.insert(0, str(ROOT))
-    import proxmox_gpu_cluster.stacks.plan as cli  # noqa: PLC0415
+    import proxmox_gpu_cluster.stacks.plan.run as cli  # noqa: PLC0415
     from proxmox_gpu_cluster.recording import critical_path  # noqa: PLC0415
 
     document = yaml.safe_load((ROOT / f"Pulumi.{args.stack}.yaml").read_text())

@@ -77,7 +77,7 @@ def measure_one(workers: int) -> dict[str, Any]:
     FILE --json`` does (``main``), printing into memory; returns the figures and keeps the resources for the
     floor."""
     sys.path.insert(0, str(ROOT))
-    import proxmox_gpu_cluster.stacks.plan as cli  # noqa: PLC0415 (import time is part of the measurement)
+    import proxmox_gpu_cluster.stacks.plan.run as cli  # noqa: PLC0415 (import time is part of the measurement)
     from proxmox_gpu_cluster.testing import unwrap  # noqa: PLC0415
 
     recordings: list[Any] = []

@@ -52,7 +52,7 @@ def plan_inputs(stack: str, secrets: Mapping[str, str] | None, agent: bool | Non
     """Every resource's name and inputs (secrets unwrapped) of ``stack``'s offline plan, with ``secrets`` (key ->
     value) instead of the placeholders where given, and ``proxmox.sshAgent`` set to ``agent`` unless None."""
     sys.path.insert(0, str(ROOT))
-    import proxmox_gpu_cluster.stacks.plan as cli  # noqa: PLC0415
+    import proxmox_gpu_cluster.stacks.plan.run as cli  # noqa: PLC0415
     from proxmox_gpu_cluster.testing import unwrap  # noqa: PLC0415
 
     original: Callable[..., tuple[dict[str, Any], list[str]]] = cli.stack_config

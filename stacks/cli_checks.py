@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from proxmox_gpu_cluster.core.input_safety import escape_controls, escape_lines
-from proxmox_gpu_cluster.stacks.plan_inputs import InputError
+from proxmox_gpu_cluster.stacks.plan.inputs import InputError
 
 GIT_REVISION = re.compile(r"[^\s\x00-\x1f\x7f~^:?*\[\\-][^\s\x00-\x1f\x7f:?*\[\\]*")
 """What ``git show`` can take as a revision here: no whitespace or control characters, none of ``: ? * [ \\``

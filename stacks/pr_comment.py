@@ -4,13 +4,13 @@
 
 Run in a checkout of the pull request (HEAD). Every stack of the project (``Pulumi.<stack>.yaml`` beside
 ``Pulumi.yaml``, at HEAD or at BASE) gets a section: the markdown of ``plan STACK --diff-base BASE`` (the base
-revision's code and stack file against the checkout's, stacks/plan_compare.py), a new stack, a removed stack
+revision's code and stack file against the checkout's, stacks/plan/compare.py), a new stack, a removed stack
 file, or the lines of a stack the plan refuses. Every stack is diffed whenever the pull request changes anything
 but documentation and tests: a code-only change (a node script, the program) changes what ``pulumi up`` does too.
 
 The body's first line is ``MARKER``, an HTML comment the workflow finds its own comment by, to update it in place.
 The checkout's own package code plans the head side, whatever is installed: the plan runs with the checkout's
-package directories first on ``PYTHONPATH`` (the shim of plan_compare.py). Stack names come from file names, which
+package directories first on ``PYTHONPATH`` (the shim of plan/compare.py). Stack names come from file names, which
 a pull request controls: only plain names are planned, and anything a plan prints that is not its markdown (error
 lines) is shown inside a code fence longer than any run of backticks in it.
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from proxmox_gpu_cluster.core.input_safety import escape_lines
 from proxmox_gpu_cluster.stacks.cli_checks import GIT_REVISION, OneLineParser
-from proxmox_gpu_cluster.stacks.plan_compare import git, git_said, package_shim
-from proxmox_gpu_cluster.stacks.plan_report import code_block
+from proxmox_gpu_cluster.stacks.plan.compare import git, git_said, package_shim
+from proxmox_gpu_cluster.stacks.plan.report import code_block
 
 MARKER = "<!-- proxmox-gpu-cluster:offline-diff -->"
 """First line of the comment: how the workflow finds the comment it posted before (and only that one)."""

@@ -19,8 +19,8 @@ from pathlib import Path
 from proxmox_gpu_cluster.render.proxmox_acl import pveum_commands
 from proxmox_gpu_cluster.stacks.cli_checks import OneLineParser, printable
 from proxmox_gpu_cluster.stacks.config import InvalidStackConfig
-from proxmox_gpu_cluster.stacks.plan_inputs import InputError, find_program, read_inputs
-from proxmox_gpu_cluster.stacks.plan_specs import cluster_specs
+from proxmox_gpu_cluster.stacks.plan.inputs import InputError, find_program, read_inputs
+from proxmox_gpu_cluster.stacks.plan.specs import cluster_specs
 
 USER = re.compile(r"^[^\s:!@/]{1,60}@[A-Za-z][A-Za-z0-9.\-_]{1,31}$")
 """``name@realm``, as Proxmox takes a user id (no whitespace, ``:``, ``!`` or ``/`` in the name)."""

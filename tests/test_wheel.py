@@ -52,7 +52,7 @@ def test_the_wheel_installs_one_import_package_with_its_data(dist: tuple[Path, s
     assert {n.split("/")[0] for n in names} == {"proxmox_gpu_cluster", "proxmox_gpu_cluster-0.1.0.dist-info"}
     assert "proxmox_gpu_cluster/py.typed" in names
     assert "proxmox_gpu_cluster/scripts/host_prep.sh" in names
-    assert "proxmox_gpu_cluster/stacks/plan.py" in names
+    assert "proxmox_gpu_cluster/stacks/plan/run.py" in names
     assert "proxmox_gpu_cluster/stacks/schemas/stack.schema.json" in names
     assert "License-Expression: Apache-2.0" in metadata
     assert "Requires-Dist: pulumi" in metadata

@@ -13,7 +13,7 @@ worker's VM drained and retired first), ``refused`` (no supported path: the diff
 
 ``supported`` says whether ``pulumi up`` carries the change out today: a ``vm-restart`` change the provider only
 writes into the VM's configuration (``reboot_after_update: false``) stays pending until someone restarts the VM,
-and the diff says so with ``procedure``. The diff (``stacks/plan_classes.py``) and the drain it announces read
+and the diff says so with ``procedure``. The diff (``stacks/plan/classes.py``) and the drain it announces read
 this table; ``docs/day2.md`` holds it as a table (``stacks/day2_table.py``).
 """
 

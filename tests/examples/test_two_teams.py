@@ -12,7 +12,7 @@ import yaml
 
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.stacks.plan import main, plan
-from proxmox_gpu_cluster.stacks.plan_inputs import find_program
+from proxmox_gpu_cluster.stacks.plan.inputs import find_program
 from proxmox_gpu_cluster.testing import Recording
 from proxmox_gpu_cluster.testing_pci import GET_PCI, pci_invokes
 from tests.support import ROOT

@@ -5,7 +5,7 @@ a drain only where a step drains and refuse what has no supported path.
 
 The generated part builds, for each field, the smallest two specs that differ in it alone (the field's model
 reached from ``ClusterSpec`` along its first path, a list item named where its model has a name) and diffs them
-the way the CLI's diff does (``plan_report.render_diff`` of the two plan documents' ``specs``). Running each change
+the way the CLI's diff does (``plan.report.render_diff`` of the two plan documents' ``specs``). Running each change
 in the fake world is not part of this file."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pydantic.fields import FieldInfo
 
 from proxmox_gpu_cluster.core.change_classes import CHANGE_CLASSES, REMOVALS, field_class
 from proxmox_gpu_cluster.core.spec import ClusterSpec
-from proxmox_gpu_cluster.stacks import plan as plan_module
-from proxmox_gpu_cluster.stacks.plan_classes import _model_of
-from proxmox_gpu_cluster.stacks.plan_report import render_diff
+from proxmox_gpu_cluster.stacks.plan import run as plan_module
+from proxmox_gpu_cluster.stacks.plan.classes import _model_of
+from proxmox_gpu_cluster.stacks.plan.report import render_diff
 from proxmox_gpu_cluster.stacks.reference import spec_models
 from tests.stacks.test_diff_golden import _memoised, run_cli, spec, worker, write_stack
 from tests.support import ROOT

@@ -1,4 +1,4 @@
-"""``--diff-base REF`` plans the base revision's code with its stack file (stacks/plan_compare.py): in a
+"""``--diff-base REF`` plans the base revision's code with its stack file (stacks/plan/compare.py): in a
 temporary git worktree, removed afterwards, through a package shim that makes ``import proxmox_gpu_cluster`` the
 worktree's files; secrets of both sides fingerprinted with one key; a missing base stack file is a new stack; a
 base revision that refuses its stack file, a bad ref or no repository is exit 2 with its lines."""
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from proxmox_gpu_cluster.stacks import plan_compare
+from proxmox_gpu_cluster.stacks.plan import compare as plan_compare
 from proxmox_gpu_cluster.stacks.plan import main
-from proxmox_gpu_cluster.stacks.plan_compare import empty_document, normalised, package_shim, worktree
-from proxmox_gpu_cluster.stacks.plan_diff import diff
-from proxmox_gpu_cluster.stacks.plan_report import diff_document
+from proxmox_gpu_cluster.stacks.plan.compare import empty_document, normalised, package_shim, worktree
+from proxmox_gpu_cluster.stacks.plan.diff import diff
+from proxmox_gpu_cluster.stacks.plan.report import diff_document
 from tests.stacks.git_scratch import commit, copy_project, edit_script, git
 
 Tags = dict[str, str]
@@ -97,7 +97,7 @@ def test_the_shim_imports_the_worktrees_files(scratch: tuple[Path, Tags], tmp_pa
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         package, plan_module, edited = out.stdout.splitlines()
         assert package == str((tree / "components" / "__init__.py").resolve())
-        assert plan_module == str((tree / "stacks" / "plan.py").resolve())
+        assert plan_module == str((tree / "stacks" / "plan" / "__init__.py").resolve())
         assert edited == "True"
     assert not tree.exists() and worktrees(repo) == [f"worktree {repo.resolve()}"]
 
@@ -204,7 +204,7 @@ def test_the_worktree_is_removed_when_the_plan_is_terminated(scratch: tuple[Path
 
     repo, tags = scratch
     code = (
-        "import sys, time\nfrom pathlib import Path\nfrom proxmox_gpu_cluster.stacks.plan_compare import worktree\n"
+        "import sys, time\nfrom pathlib import Path\nfrom proxmox_gpu_cluster.stacks.plan.compare import worktree\n"
         f"with worktree(Path({str(repo)!r}), {tags['same']!r}):\n    print('in', flush=True)\n    time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 import yaml
 
-from proxmox_gpu_cluster.stacks import plan as plan_module
 from proxmox_gpu_cluster.stacks.plan import main
-from proxmox_gpu_cluster.stacks.plan_compare import package_shim
+from proxmox_gpu_cluster.stacks.plan import run as plan_module
+from proxmox_gpu_cluster.stacks.plan.compare import package_shim
 from tests.stacks.git_scratch import commit, copy_project
 from tests.support import ROOT
 

@@ -22,7 +22,7 @@ from proxmox_gpu_cluster.core.vgpu_manager import VgpuManagerSpec, vgpu_version_
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.proxmox.pci_mapping import IommuPreflightError
 from proxmox_gpu_cluster.stacks.plan import plan
-from proxmox_gpu_cluster.stacks.plan_inputs import find_program
+from proxmox_gpu_cluster.stacks.plan.inputs import find_program
 from proxmox_gpu_cluster.testing_pci import GET_PCI, pci_invokes, spec_shaped_pci
 from tests.stacks.test_hostile_input_spec import both
 from tests.support import ROOT, base_spec, two_team_specs

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from proxmox_gpu_cluster.stacks.plan import main
-from proxmox_gpu_cluster.stacks.plan_inputs import InputError, stack_file_at
+from proxmox_gpu_cluster.stacks.plan.inputs import InputError, stack_file_at
 from tests.support import base_spec
 
 

@@ -1,4 +1,4 @@
-"""plan_classes.py: each changed spec value of a diff named by its field and class, the drains the classes allow,
+"""plan/classes.py: each changed spec value of a diff named by its field and class, the drains the classes allow,
 and the refusals only a diff can make (it alone sees the old value). Plan documents here carry only the validated
 specs, as ``plan.plan_document`` writes them (``spec_view``); the whole offline plan of prod runs in
 test_change_matrix.py."""
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.stacks.plan_classes import ALL, field_changes, refused_rows, rolled_machines
-from proxmox_gpu_cluster.stacks.plan_context import spec_view
+from proxmox_gpu_cluster.stacks.plan.classes import ALL, field_changes, refused_rows, rolled_machines
+from proxmox_gpu_cluster.stacks.plan.context import spec_view
 from tests.support import prod_spec
 
 Edit = Callable[[dict[str, Any]], None]

@@ -1,4 +1,4 @@
-"""A changed secret with nothing else changed still says why, in the stack file's words (stacks/plan_context.py)."""
+"""A changed secret with nothing else changed still says why, in the stack file's words (stacks/plan/context.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 from proxmox_gpu_cluster.core.capacity import capacity_table
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.stacks.plan import plan_document
-from proxmox_gpu_cluster.stacks.plan_context import SHOWN, context_of, spec_changes, spec_view
-from proxmox_gpu_cluster.stacks.plan_diff import change_rows, diff
+from proxmox_gpu_cluster.stacks.plan.context import SHOWN, context_of, spec_changes, spec_view
+from proxmox_gpu_cluster.stacks.plan.diff import change_rows, diff
 from tests.stacks.test_plan_values import SECRETS, base_spec, new_digest_key, plan_with
 from tests.support import plan_stack
 

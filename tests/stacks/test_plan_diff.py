@@ -15,8 +15,8 @@ import yaml
 from proxmox_gpu_cluster.core.capacity import capacity_table
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.stacks.plan import main, plan_document
-from proxmox_gpu_cluster.stacks.plan_diff import Change, cluster_prefix, diff, input_paths
-from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff, summary
+from proxmox_gpu_cluster.stacks.plan.diff import Change, cluster_prefix, diff, input_paths
+from proxmox_gpu_cluster.stacks.plan.report import diff_document, render_diff, summary
 from tests.support import ROOT, base_spec, external, plan_stack
 
 LEFT_ALONE = ("vmLegacy:VmLegacy", "mapping/pci:Pci", "download/file:File", "fileLegacy:FileLegacy")

@@ -1,4 +1,4 @@
-"""What the engine adds to the providers' diffs (stacks/plan_engine.py): protection inherited and enforced on
+"""What the engine adds to the providers' diffs (stacks/plan/engine.py): protection inherited and enforced on
 removals, replacements and the dependents of a delete-first replacement; retainOnDelete."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import yaml
 
 from proxmox_gpu_cluster.stacks.plan import plan, plan_document
-from proxmox_gpu_cluster.stacks.plan_diff import change_rows, diff
-from proxmox_gpu_cluster.stacks.plan_engine import effective, engine_urns, unprotect_command
-from proxmox_gpu_cluster.stacks.plan_inputs import find_program
+from proxmox_gpu_cluster.stacks.plan.diff import change_rows, diff
+from proxmox_gpu_cluster.stacks.plan.engine import effective, engine_urns, unprotect_command
+from proxmox_gpu_cluster.stacks.plan.inputs import find_program
 from tests.stacks.test_plan_values import SECRETS, base_spec, new_digest_key, one, plan_with, res
 from tests.support import ROOT
 

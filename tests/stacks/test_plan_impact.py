@@ -13,16 +13,16 @@ import yaml
 
 from proxmox_gpu_cluster.core.dcgm_fields import DEFAULT_FIELDS
 from proxmox_gpu_cluster.stacks.plan import plan, plan_document
-from proxmox_gpu_cluster.stacks.plan_diff import Change, cluster_prefix, diff
-from proxmox_gpu_cluster.stacks.plan_impact import (
+from proxmox_gpu_cluster.stacks.plan.diff import Change, cluster_prefix, diff
+from proxmox_gpu_cluster.stacks.plan.impact import (
     capacity_changes,
     gpu_losses,
     impact,
     impact_lines,
     step_reason,
 )
-from proxmox_gpu_cluster.stacks.plan_inputs import find_program, read_inputs
-from proxmox_gpu_cluster.stacks.plan_specs import cluster_specs, spec_namespaces
+from proxmox_gpu_cluster.stacks.plan.inputs import find_program, read_inputs
+from proxmox_gpu_cluster.stacks.plan.specs import cluster_specs, spec_namespaces
 from tests.support import ROOT
 
 KEY = "proxmox-gpu-cluster:cluster"

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from proxmox_gpu_cluster.stacks.plan import main
-from proxmox_gpu_cluster.stacks.plan_diff import Change, cluster_prefix, diff
-from proxmox_gpu_cluster.stacks.plan_report import code_block, diff_document, markdown_text, render_diff, summary
+from proxmox_gpu_cluster.stacks.plan.diff import Change, cluster_prefix, diff
+from proxmox_gpu_cluster.stacks.plan.report import code_block, diff_document, markdown_text, render_diff, summary
 from tests.stacks.test_plan_impact import prod_before, prod_document, worker
 from tests.support import ROOT
 

@@ -10,7 +10,7 @@ import yaml
 
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.stacks.plan import main
-from proxmox_gpu_cluster.stacks.plan_specs import PlannedCluster, spec_namespaces, stack_config
+from proxmox_gpu_cluster.stacks.plan.specs import PlannedCluster, spec_namespaces, stack_config
 from tests.support import ROOT, base_spec
 
 NS = "proxmox-gpu-cluster"

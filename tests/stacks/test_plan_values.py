@@ -1,6 +1,6 @@
 """The values a plan diff shows (old → new, escaped and bounded), secrets as keyed fingerprints that never leak,
-protection as the engine enforces it, and replacement by each provider's own rules (stacks/plan_diff.py,
-stacks/plan_values.py)."""
+protection as the engine enforces it, and replacement by each provider's own rules (stacks/plan/diff.py,
+stacks/plan/values.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from proxmox_gpu_cluster.core.capacity import capacity_table
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.stacks.config import load
 from proxmox_gpu_cluster.stacks.plan import plan_document
-from proxmox_gpu_cluster.stacks.plan_diff import Change, change_rows, diff, path_text, property_path
-from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff
-from proxmox_gpu_cluster.stacks.plan_values import (
+from proxmox_gpu_cluster.stacks.plan.diff import Change, change_rows, diff, path_text, property_path
+from proxmox_gpu_cluster.stacks.plan.report import diff_document, render_diff
+from proxmox_gpu_cluster.stacks.plan.values import (
     DIFF_LINES,
     INLINE,
     MISSING,
@@ -315,7 +315,7 @@ def test_the_smoke_test_job_is_replaced_when_its_template_changes_in_a_real_plan
 
 def test_a_step_commands_launcher_reads_as_one_word_unless_another_revision_changed_it() -> None:
     from proxmox_gpu_cluster.render.agent_bundle import step_command
-    from proxmox_gpu_cluster.stacks.plan_values import LAUNCHER_SHOWN
+    from proxmox_gpu_cluster.stacks.plan.values import LAUNCHER_SHOWN
 
     old = step_command("ubuntu", "driver", ["--version", "580.95.05"])
     new = step_command("ubuntu", "driver", ["--version", "580.105.08"])

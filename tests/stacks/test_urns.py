@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from proxmox_gpu_cluster.stacks.plan import plan
-from proxmox_gpu_cluster.stacks.plan_inputs import find_program
+from proxmox_gpu_cluster.stacks.plan.inputs import find_program
 from proxmox_gpu_cluster.testing import RecordedResource, Recording
 from tests.support import ROOT
 

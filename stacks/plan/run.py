@@ -5,7 +5,7 @@ values and are shown as ``[secret]``. Any program works, ours or one that import
 ``__main__.py`` in the current directory (or ``--main``), the project name comes from the ``Pulumi.yaml`` beside
 it, and the stack file is ``Pulumi.<stack>.yaml`` there (or ``--config``). Every cluster spec of the stack's config
 (``<namespace>:cluster``, one per cluster of the program) is validated first and the capacity table and
-disruption come from them. Secrets as ``pulumi preview`` has them (``stacks/plan_specs.py``).
+disruption come from them. Secrets as ``pulumi preview`` has them (``stacks/plan/specs.py``).
 
     python -m proxmox_gpu_cluster.plan dev --placeholder-secrets  # a stack file without secrets: placeholders
     python -m proxmox_gpu_cluster.plan dev                 # resource tree + capacity table
@@ -51,13 +51,13 @@ from proxmox_gpu_cluster.render.agent_bundle import agent_lines, agent_summary
 from proxmox_gpu_cluster.render.disruption import disruption, disruption_lines
 from proxmox_gpu_cluster.stacks.cli_checks import OneLineParser, check_plan_arguments, printable
 from proxmox_gpu_cluster.stacks.config import PROJECT, InvalidStackConfig
-from proxmox_gpu_cluster.stacks.plan_compare import diff_sides
-from proxmox_gpu_cluster.stacks.plan_context import spec_view
-from proxmox_gpu_cluster.stacks.plan_diff import cluster_prefix, diff
-from proxmox_gpu_cluster.stacks.plan_files import copies_agent, example_manifests, tree_order, write_inputs
-from proxmox_gpu_cluster.stacks.plan_inputs import InputError, Program, check_pci_used, find_program, read_inputs
-from proxmox_gpu_cluster.stacks.plan_report import diff_document, render_diff
-from proxmox_gpu_cluster.stacks.plan_specs import (
+from proxmox_gpu_cluster.stacks.plan.compare import diff_sides
+from proxmox_gpu_cluster.stacks.plan.context import spec_view
+from proxmox_gpu_cluster.stacks.plan.diff import cluster_prefix, diff
+from proxmox_gpu_cluster.stacks.plan.files import copies_agent, example_manifests, tree_order, write_inputs
+from proxmox_gpu_cluster.stacks.plan.inputs import InputError, Program, check_pci_used, find_program, read_inputs
+from proxmox_gpu_cluster.stacks.plan.report import diff_document, render_diff
+from proxmox_gpu_cluster.stacks.plan.specs import (
     PlannedCluster,
     Specs,
     built_capacity,
@@ -66,7 +66,7 @@ from proxmox_gpu_cluster.stacks.plan_specs import (
     spec_namespaces,
     stack_config,
 )
-from proxmox_gpu_cluster.stacks.plan_values import digest_key_from_env, new_digest_key
+from proxmox_gpu_cluster.stacks.plan.values import digest_key_from_env, new_digest_key
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, RecordingMocks, redact, run
 from proxmox_gpu_cluster.testing_pci import pci_invokes
 
@@ -84,7 +84,7 @@ def resource_entry(r: RecordedResource, secret_key: bytes | None = None) -> dict
         "inputs": redact(r.inputs, secret_key),
     }
     # Which resources each input comes from: the engine replaces a dependent of a delete-first replacement when
-    # such an input would force its replacement (plan_engine.dependent_replacements).
+    # such an input would force its replacement (plan.engine.dependent_replacements).
     links = {k: sorted(v) for k, v in sorted(r.property_dependencies.items()) if v}
     if links:
         entry["propertyDependencies"] = links
@@ -126,7 +126,7 @@ def plan_document(
         "agent": agent_summary(),
     }
     clusters = clusters_of(spec)
-    if clusters:  # the spec as validated, so a diff can say which fields changed (plan_context.py); no secrets
+    if clusters:  # the spec as validated, so a diff can say which fields changed (plan/context.py); no secrets
         document["specs"] = spec_view([(c.namespace, c.spec) for c in clusters])
     if len(clusters) == 1:
         document["disruption"] = disruption(clusters[0].spec)
@@ -217,7 +217,7 @@ def plan(
     """Validate the cluster spec of each of ``namespace`` (default: every ``<namespace>:cluster`` of the stack file)
     unless given as ``spec``; run ``main`` under mocks, ``get_pci`` answers from ``pci`` or like the specs' hosts.
     InvalidStackConfig and IommuPreflightError raise, and whatever the program raises (a ``pulumi.RunError`` for
-    a bad spec, args or a missing secret: ``placeholder_secrets`` fills the missing ones, see plan_specs.py)."""
+    a bad spec, args or a missing secret: ``placeholder_secrets`` fills the missing ones, see plan/specs.py)."""
     if isinstance(namespace, str):
         namespace = [namespace]
     if spec is ...:
@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _env_key() -> bytes | None:
     """The secret-fingerprint key ``--json`` was given in ``PGC_SECRET_DIGEST_KEY`` (a diff's base revision is
-    planned that way, plan_compare.py), or None; InputError when it is no key."""
+    planned that way, plan/compare.py), or None; InputError when it is no key."""
     try:
         return digest_key_from_env()
     except ValueError as err:

@@ -2,15 +2,15 @@
 documents in, plain data and text out).
 
 Each resource is added, removed, updated or replaced, with every changed input as ``path: old → new``
-(``plan_values.py``; secrets only as changed or not). Replacement is what the engine would decide from what a plan
+(``plan/values.py``; secrets only as changed or not). Replacement is what the engine would decide from what a plan
 knows: a changed input the provider recreates the resource for (``FORCE_NEW``, read from the providers' sources), a
 change under ``replaceOnChanges`` (pulumi-command's ``triggers`` are one), or the replacement of something listed in
 its ``replaceWith``. Changes under ``ignoreChanges`` never reach the provider and are left out. A removal or
 replacement the engine refuses (``protect``), an update the API refuses and the rows a refused spec change would fail
-(``plan_classes.py``: a datastore move, a smaller disk, a new Kubernetes minor on joined workers) are flagged in
+(``plan/classes.py``: a datastore move, a smaller disk, a new Kubernetes minor on joined workers) are flagged in
 ``Change.fails``.
 
-What the changes disrupt and how they are shown: ``plan_report.py``.
+What the changes disrupt and how they are shown: ``plan/report.py``.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 
 from proxmox_gpu_cluster.core.input_safety import escape_controls
 from proxmox_gpu_cluster.render.agent_bundle import STEP_PATH
-from proxmox_gpu_cluster.stacks.plan_classes import refused_rows
-from proxmox_gpu_cluster.stacks.plan_context import context_of, spec_changes
-from proxmox_gpu_cluster.stacks.plan_engine import dependent_replacements, effective, engine_urns, protection
-from proxmox_gpu_cluster.stacks.plan_values import MISSING, reason_note, secret_line, value_lines
+from proxmox_gpu_cluster.stacks.plan.classes import refused_rows
+from proxmox_gpu_cluster.stacks.plan.context import context_of, spec_changes
+from proxmox_gpu_cluster.stacks.plan.engine import dependent_replacements, effective, engine_urns, protection
+from proxmox_gpu_cluster.stacks.plan.values import MISSING, reason_note, secret_line, value_lines
 
 # Input paths (Pulumi property-path syntax) whose change makes the provider replace the resource. Sources read:
 # - bpg/terraform-provider-proxmox v0.111.1 (what pulumi-proxmoxve bridges): proxmoxtf/resource/vm/vm.go (VM:
@@ -319,7 +319,7 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
         flagged = replace(change, retained=retained, delete_first=first)
         dependent = change.urn in dependents
         out.append(protection(flagged, protect_old, protect_new, dependent, state_urns.get(change.urn, "")))
-    # A spec change with no supported path (plan_classes.py: only a diff knows the old value) fails these rows.
+    # A spec change with no supported path (plan/classes.py: only a diff knows the old value) fails these rows.
     refused = refused_rows(before, after, cluster_prefix(after))
     return [replace(c, fails=(*c.fails, *refused[c.name])) if c.name in refused else c for c in out]
 

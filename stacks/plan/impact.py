@@ -1,6 +1,6 @@
 """What a diff does to the machines and to the GPUs a cluster advertises, from the two plan documents. Pure.
 
-``plan_diff.diff`` says which resources change; this module says what that means once they run:
+``plan.diff.diff`` says which resources change; this module says what that means once they run:
 
 - per worker, what it advertises before → after (the ``capacity`` rows), and the pods that lose their GPU (a count
   that drops, a resource that disappears, a worker that goes);
@@ -20,7 +20,7 @@
 - what runs on the machines: a removed worker's retirement (its delete command: ``worker_retirement.py``), VM
   restarts (the large-BAR and MIG restart steps run again: pulumi-command runs ``create`` again on an update when no
   ``update`` command is set) and Proxmox host reboots (host prep runs again), each with the input that changed. A
-  guest or VM restart point that runs again only for a change whose class does not drain (``plan_classes.py``: a
+  guest or VM restart point that runs again only for a change whose class does not drain (``plan/classes.py``: a
   drain setting, a connection) restarts nothing and is left out.
 """
 
@@ -32,9 +32,9 @@ from typing import Any
 
 from proxmox_gpu_cluster.core.catalog import CATALOG
 from proxmox_gpu_cluster.render.agent_bundle import LAUNCHER
-from proxmox_gpu_cluster.stacks.plan_classes import ALL, rolled_machines
-from proxmox_gpu_cluster.stacks.plan_diff import Change
-from proxmox_gpu_cluster.stacks.plan_values import is_secret
+from proxmox_gpu_cluster.stacks.plan.classes import ALL, rolled_machines
+from proxmox_gpu_cluster.stacks.plan.diff import Change
+from proxmox_gpu_cluster.stacks.plan.values import is_secret
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
@@ -334,7 +334,7 @@ def _host_policy(document: Mapping[str, Any], host: str) -> str:
 def impact(
     before: Mapping[str, Any], after: Mapping[str, Any], changes: Sequence[Change], prefix: str = ""
 ) -> dict[str, Any]:
-    """Everything above as plain data (the ``impact`` of ``plan_report.diff_document``)."""
+    """Everything above as plain data (the ``impact`` of ``plan.report.diff_document``)."""
     capacity = capacity_changes(before, after)
     return {
         "capacity": capacity,

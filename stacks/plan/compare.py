@@ -10,7 +10,7 @@ out the package the way pyproject.toml's ``[tool.setuptools] package-dir`` maps 
 repository (a stack file kept apart from the program) has no base revision of its code: the base stack file is
 then planned with the current code, and stderr says so.
 
-Both sides fingerprint secrets with one random key made per diff (``plan_values.new_digest_key``), handed to the
+Both sides fingerprint secrets with one random key made per diff (``plan.values.new_digest_key``), handed to the
 subprocess as ``PGC_SECRET_DIGEST_KEY`` and forgotten after: the diff can say a secret changed without either plan
 showing anything reversible. An older base revision's ``--json`` may lack newer fields; ``normalised`` fills them.
 """
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from proxmox_gpu_cluster.core.input_safety import escape_controls
-from proxmox_gpu_cluster.stacks.plan_inputs import InputError, Program, read_inputs, stack_file_at
-from proxmox_gpu_cluster.stacks.plan_specs import PlannedCluster
-from proxmox_gpu_cluster.stacks.plan_values import SECRET_KEY_ENV
+from proxmox_gpu_cluster.stacks.plan.inputs import InputError, Program, read_inputs, stack_file_at
+from proxmox_gpu_cluster.stacks.plan.specs import PlannedCluster
+from proxmox_gpu_cluster.stacks.plan.values import SECRET_KEY_ENV
 
 BASE_TIMEOUT = 900
 """Seconds the base revision's plan may take (a 1000-worker plan takes about a minute)."""

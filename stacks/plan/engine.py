@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from proxmox_gpu_cluster.stacks.plan_diff import Change
+    from proxmox_gpu_cluster.stacks.plan.diff import Change
 
 
 def effective(document: Mapping[str, Any], option: str) -> dict[str, bool]:

@@ -1,14 +1,14 @@
 """Each changed spec field of a diff with its change class (``core/change_classes.py``), the drains the classes
 announce, and the changes ``pulumi up`` has no supported path for. Pure (plan documents in, plain data out).
 
-The two plan documents carry each cluster's validated spec (``specs``, ``plan_context.py``); this module walks
+The two plan documents carry each cluster's validated spec (``specs``, ``plan/context.py``); this module walks
 them beside the spec models (the models ``docs/spec.md`` is generated from), so each changed value is named by its
 path in the stack file and by its field, ``Worker.cores``, the key of the one table. A document without ``specs``
 (an older revision's) yields no field changes, and then nothing is filtered or refused from them.
 
 Refusals are made here because only a diff knows the old value: the offline plan of one spec cannot tell a new
 ``kubernetes.version`` from an old one, and the program under ``pulumi up`` registers its resources without the
-previous inputs. A refused change marks the rows of the resources that would fail (``plan_diff.diff`` adds the
+previous inputs. A refused change marks the rows of the resources that would fail (``plan.diff.diff`` adds the
 reason to their ``fails``, so the summary says WILL FAIL) and is listed with its procedure.
 """
 

@@ -11,7 +11,7 @@ import yaml
 from proxmox_gpu_cluster.core.cluster_nodes import gpu_nodes
 from proxmox_gpu_cluster.render.agent_bundle import REMOTE_DIR as AGENT_DIR
 from proxmox_gpu_cluster.render.kubevirt import example_virtual_machines
-from proxmox_gpu_cluster.stacks.plan_specs import Specs, clusters_of
+from proxmox_gpu_cluster.stacks.plan.specs import Specs, clusters_of
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, redact
 
 

@@ -1,12 +1,12 @@
 """What a diff disrupts, and the diff as text, markdown (a pull-request comment) or JSON. Pure (the changes of
-``plan_diff.diff`` and the two plan documents in, plain data and text out).
+``plan.diff.diff`` and the two plan documents in, plain data and text out).
 
 The summary says what a reviewer needs before anything runs: the Proxmox nodes whose host prep runs again (and so may
 reboot), the VMs replaced or destroyed, the GPU nodes drained through rollout slots (a new driver step or MIG
 geometry) and in how many rounds, the ConfigMaps recreated, and which node-agent steps run again because what they
 run changed (their bundle's fingerprint in the command, ``render/agent_bundle.py``), in plain text: a step's stdin
 is secret, so its script change would otherwise show only as a changed ``create``. Given the two plan documents, it
-also says what the changes do once they run (``plan_impact.py``): each node's advertised resources before → after,
+also says what the changes do once they run (``plan/impact.py``): each node's advertised resources before → after,
 the GPU Operator daemonsets that restart, the pods that lose their GPU, the workers retired and the machines that
 may restart, with the input that changed.
 """
@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from proxmox_gpu_cluster.stacks.plan_classes import ALL, class_document, field_changes, rolled_machines
-from proxmox_gpu_cluster.stacks.plan_diff import Change, change_rows
-from proxmox_gpu_cluster.stacks.plan_impact import impact, impact_lines
+from proxmox_gpu_cluster.stacks.plan.classes import ALL, class_document, field_changes, rolled_machines
+from proxmox_gpu_cluster.stacks.plan.diff import Change, change_rows
+from proxmox_gpu_cluster.stacks.plan.impact import impact, impact_lines
 
 Plan = Mapping[str, Any] | None
 """A plan document (``plan.plan_document``); None when the caller has only the changes."""
