@@ -117,7 +117,11 @@ install_kubernetes() {
   fi
   have="$(installed_version kubelet)"
   if [[ -f "$ROOT$KUBELET_CONF" ]] && { [[ -n "$have" ]] || marker "$UPGRADE"; }; then
-    upgrade_node "$have"
+    if ! marker "$UPGRADE" && [[ "$have" == "1.$minor."* ]]; then
+      complete_node "$have"
+    else
+      upgrade_node "$have"
+    fi
     return 0
   fi
   local pinned=()
@@ -128,6 +132,24 @@ install_kubernetes() {
   # repository has its build.
   apt_install "${pinned[@]}" cri-tools
   installed_at "$BUILD" "${PACKAGES[@]}"
+}
+
+# complete_node <installed kubelet version>: a joined node at the minor missing a package or holding one of another
+# minor (cri-tools, which nodes joined before it was named lack; a package changed by hand) gets it at the kubelet's
+# own build: the kubelet stays as it is, so nothing is drained.
+complete_node() {
+  local have="$1" pkg todo=()
+  for pkg in kubeadm kubectl; do
+    [[ "$(installed_version "$pkg")" == "1.$minor."* ]] || todo+=("$pkg=$have")
+  done
+  [[ -n "$(installed_version cri-tools)" ]] || todo+=(cri-tools)
+  kubernetes_repo
+  apt_install "${todo[@]}"
+  for pkg in kubeadm kubectl; do
+    [[ "$(installed_version "$pkg")" == "1.$minor."* ]] ||
+      fail "$pkg after apt-get install" "1.$minor.x" "$(installed_version "$pkg")"
+  done
+  echo "kubernetes: packages 1.$minor completed at the kubelet's build $have"
 }
 
 # upgrade_node <installed kubelet version>: the joined node's minor upgrade (see the header), resumed when the

@@ -163,3 +163,23 @@ def test_the_fake_apt_keeps_a_newer_installed_version_as_the_real_one(guest: K8s
         assert r.returncode == 0, r.stderr
         have = apt.status()["kubeadm"].split()[1] if apt is guest else apt.installed("kubeadm")  # held: "hi"
         assert have == new
+
+
+def test_a_joined_node_missing_a_package_gets_it_at_its_kubelets_build_without_a_drain(guest: K8sAptGuest) -> None:
+    # Nodes joined before the step named cri-tools lack it. The kubelet stays at its build (an older patch here),
+    # so nothing is drained: the API server is never asked.
+    join(guest, 34)
+    old = k8srepo.PATCHES["34"][0]
+    r = guest.run_stdin(
+        "apt-get purge -y -q cri-tools >/dev/null && apt-get install -y -q --allow-change-held-packages "
+        f"--allow-downgrades kubelet={old} kubeadm={old} >/dev/null\n"
+    )
+    assert r.returncode == 0, r.stderr
+    assert "cri-tools" not in guest.status()
+    out, calls = join(guest, 34)
+    assert f"kubernetes: packages 1.34 completed at the kubelet's build {old}" in out
+    status = guest.status()
+    assert status["cri-tools"].endswith(" 1.34.0-1.1") and status["kubelet"] == f"hi {old}"
+    assert not [c for c in calls if c.startswith(("kubectl", "python3", "kubeadm", "systemctl restart"))]
+    again, calls = join(guest, 34)
+    assert "kubernetes: packages 1.34 (present)" in again
