@@ -125,6 +125,7 @@ install_kubernetes() {
     return 0
   fi
   local pinned=()
+  unmark "$UPGRADE" # left by a node reset since: an upgrade means nothing on a node that has not joined
   kubernetes_repo
   for pkg in "${PACKAGES[@]}"; do pinned+=("$pkg=$BUILD"); done
   # crictl (cri-tools), which the verify step asks for the running containerd's config: kubeadm depends on it only
