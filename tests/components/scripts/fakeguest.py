@@ -43,7 +43,10 @@ does:
 - kubeadm: ``join`` runs the preflight checks of its files ("[ERROR FileAvailable--etc-kubernetes-pki-ca.crt]:
   /etc/kubernetes/pki/ca.crt already exists", exit 1), writes pki/ca.crt and bootstrap-kubelet.conf, then after the
   TLS bootstrap kubelet.conf; with ``fake-kubeadm-tls-timeout`` it times out in the TLS bootstrap leaving the first
-  two ("timed out waiting for the condition", exit 1). ``reset -f`` removes them.
+  two ("timed out waiting for the condition", exit 1). ``reset -f`` removes them. ``upgrade node`` on a worker (no
+  control plane here) acts through kubelet.conf, failing without it, and writes /var/lib/kubelet/config.yaml
+  (kubernetes v1.34.4 cmd/kubeadm/app/cmd/upgrade/node.go, newNodeData; phases/upgrade/kubeletconfig.go).
+- systemctl: ``restart containerd`` starts containerd's running config; other units' restarts change nothing here.
 - sysctl --system applies sysctl.d to ``proc/sys`` (net.bridge keys exist once br_netfilter is loaded); swapoff -a
   empties ``proc/swaps``; systemctl enable/is-enabled keep ``fake-systemd-enabled``.
 Every stub records its call.

@@ -191,14 +191,13 @@ if [ "$1" = reset ]; then
   rm -rf "$K/kubelet.conf" "$K/bootstrap-kubelet.conf" "$K/pki" "$K/manifests"
   echo "[reset] Deleted contents of the etc/kubernetes directory: /etc/kubernetes"; exit 0
 fi
-if [ "$1 $2" = "upgrade node" ]; then  # a worker: the kubelet configuration of kubeadm's version, from the cluster
-  [ -f "$K/kubelet.conf" ] || { echo "[upgrade] couldn't create a Kubernetes client from file \"/etc/kubernetes/kubelet.conf\": open /etc/kubernetes/kubelet.conf: no such file or directory" >&2; exit 1; }
+if [ "$1 $2" = "upgrade node" ]; then  # a worker (kubernetes v1.34.4 cmd/kubeadm/app/cmd/upgrade/node.go, phases/)
+  [ -f "$K/kubelet.conf" ] || { echo "couldn't create a Kubernetes client from file \"/etc/kubernetes/kubelet.conf\": open /etc/kubernetes/kubelet.conf: no such file or directory" >&2; exit 1; }
   v="$(dpkg-query -W -f='${Version}' kubeadm 2>/dev/null)"
-  echo "[upgrade] Reading configuration from the cluster..."
-  echo "[upgrade] Skipping phase. Not a control plane node."
+  echo "[upgrade] Reading configuration from the \"kubeadm-config\" ConfigMap in namespace \"kube-system\"..."
+  echo "[upgrade/control-plane] Skipping phase. Not a control plane node."
   mkdir -p "$R/var/lib/kubelet"; echo "# written by kubeadm upgrade node ${v%%-*}" > "$R/var/lib/kubelet/config.yaml"
-  echo "[kubelet-start] Writing kubelet configuration to file \"/var/lib/kubelet/config.yaml\""
-  echo "[upgrade] The configuration for this node was successfully upgraded!"; exit 0
+  echo "[upgrade/kubelet-config] The kubelet configuration for this node was successfully upgraded!"; exit 0
 fi
 cfg="$3"; stat -c %a "$cfg" > "$R/join-config-mode"; cp "$cfg" "$R/join-config"
 printf "%s\n" "$cfg" > "$R/join-config-path"

@@ -323,3 +323,22 @@ def test_gpu_spec_validation() -> None:
     with pytest.raises(ValueError, match="host toolkit needs the host driver"):
         spec(driverMode="operator")
     assert ExpectedGpu(vendorDevice="10de:2236", product="NVIDIA-A10").product == "NVIDIA-A10"
+
+
+def test_the_fake_kubeadm_upgrade_node_acts_through_the_kubelets_kubeconfig(guest: FakeGuest) -> None:
+    # The contract of fakeguest_tools' `kubeadm upgrade node`, after kubernetes v1.34.4: on a worker its client is
+    # kubelet.conf (cmd/kubeadm/app/cmd/upgrade/node.go, newNodeData: "couldn't create a Kubernetes client from
+    # file"), the control-plane phase is skipped (phases/upgrade/node/controlplane.go) and the kubelet-config phase
+    # writes the kubelet's configuration and says so (phases/upgrade/kubeletconfig.go).
+    r = guest.run_stdin("kubeadm upgrade node\n")
+    assert r.returncode == 1
+    assert r.stderr.startswith('couldn\'t create a Kubernetes client from file "/etc/kubernetes/kubelet.conf"')
+    guest.write("etc/kubernetes/kubelet.conf", "kind: Config\n")
+    r = guest.run_stdin("kubeadm upgrade node\n")
+    assert r.returncode == 0, r.stderr
+    assert "[upgrade/control-plane] Skipping phase. Not a control plane node." in r.stdout
+    assert r.stdout.rstrip().endswith(
+        "[upgrade/kubelet-config] The kubelet configuration for this node was successfully upgraded!"
+    )
+    assert (guest.root / "var/lib/kubelet/config.yaml").exists()
+    assert guest.run_stdin("systemctl restart kubelet\n").returncode == 0  # a unit other than containerd
