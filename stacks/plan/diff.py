@@ -7,8 +7,8 @@ knows: a changed input the provider recreates the resource for (``FORCE_NEW``, r
 change under ``replaceOnChanges`` (pulumi-command's ``triggers`` are one), or the replacement of something listed in
 its ``replaceWith``. Changes under ``ignoreChanges`` never reach the provider and are left out. A removal or
 replacement the engine refuses (``protect``), an update the API refuses and the rows a refused spec change would fail
-(``plan/classes.py``: a datastore move, a smaller disk, a lower or skipped Kubernetes minor on joined workers) are flagged in
-``Change.fails``.
+(``plan/classes.py``: a datastore move, a smaller disk, a lower or skipped Kubernetes minor on joined workers) are
+flagged in ``Change.fails``.
 
 What the changes disrupt and how they are shown: ``plan/report.py``.
 """
