@@ -15,7 +15,6 @@ reason to their ``fails``, so the summary says WILL FAIL) and is listed with its
 from __future__ import annotations
 
 import json
-import re
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -28,8 +27,6 @@ from proxmox_gpu_cluster.core.change_classes import FieldClass, field_class
 from proxmox_gpu_cluster.core.input_safety import escape_controls
 from proxmox_gpu_cluster.core.spec import ClusterSpec
 
-STEP_OF = {"GpuOperatorSpec.driverVersion": "driver", "GuestSpec.toolkitVersion": "runtime"}
-"""A pinned package's field -> the guest step that installs it (and refuses a downgrade)."""
 ALL = "*"
 """In ``rolled_machines``: a cluster-wide change, every worker."""
 
@@ -138,12 +135,6 @@ def _minor(version: Any) -> tuple[int, ...]:
         return ()
 
 
-def _version(text: str) -> tuple[int, ...]:
-    """A package version's numbers in order (``580.105.08`` > ``580.95.05``; ``1.18.2-1`` > ``1.17.8-1``): enough to
-    tell a lower pin of the same package line, which is all ``_refusal`` asks."""
-    return tuple(int(n) for n in re.findall(r"\d+", text))
-
-
 def _names(spec: Mapping[str, Any], key: str) -> set[str]:
     return {w["name"] for w in spec.get(key, []) if isinstance(w, Mapping) and isinstance(w.get("name"), str)}
 
@@ -164,9 +155,6 @@ def _refusal(field: str, old: Any, new: Any, spec_old: Mapping[str, Any], spec_n
         refused = a != b and not one_up and bool(joined) and kubeadm
     elif field == "Worker.diskGiB":
         refused = isinstance(old, int) and isinstance(new, int) and new < old
-    elif klass.refused_when.startswith("the new version is lower"):
-        host = (spec_new.get("gpuOperator") or {}).get("driverMode", "host") == "host"
-        refused = host and isinstance(old, str) and isinstance(new, str) and _version(new) < _version(old)
     else:
         refused = klass.change == "refused"
     return f"{why}; instead: {klass.procedure}" if refused else ""
@@ -234,9 +222,6 @@ def refused_rows(before: Mapping[str, Any], after: Mapping[str, Any], prefix: st
         line = f"will fail: {change.path} {_short(change.old)} → {_short(change.new)}: {change.refused}"
         if change.field in ("Worker.datastore", "Worker.diskGiB"):
             out.setdefault(f"{prefix}{change.owner}-vm", []).append(line)
-        elif change.field in STEP_OF:
-            for worker in sorted(_names(specs.get(change.namespace) or {}, "workers")):
-                out.setdefault(f"{prefix}{worker}-bootstrap-{STEP_OF[change.field]}", []).append(line)
         elif change.field == "KubernetesSpec.version":
             old_spec = (before.get("specs") or {}).get(change.namespace) or {}
             joined = _names(old_spec, "workers") & _names(specs.get(change.namespace) or {}, "workers")
