@@ -26,6 +26,7 @@ SECONDS = {
     "vm": 90,  # clone of the cloud image, create, first start: OVMF and the kernel up to SSH
     "large-bar": 30,  # the start with the MMIO window (large-BAR GPUs only)
     "bootstrap-agent": 5,  # the agent bundle copied over SSH
+    "bootstrap-vm-restart": 3,  # `qm pending` on the Proxmox node: nothing pending on a first up
     "bootstrap-cloud-init": 120,  # cloud-init's package update and the guest agent
     "driver-packages": 90,  # apt downloading and unpacking the driver family (~350 MB) from the mirror
     "dkms-build": 240,  # DKMS building the open modules on a 4-vCPU VM (none with precompiled ones)

@@ -60,7 +60,7 @@ class Cluster(ProxmoxParts, GuestParts):
                 after = [mapping, *([prep] if prep else []), agent]
                 vms[w["name"]] = self.vm(node, w, gpu["model"], mapping, snippet, image, after, agent)
         access = self.node_access()
-        boots = {w["name"]: self.bootstrap(w, *vms[w["name"]], access) for w in workers}
+        boots = {w["name"]: self.bootstrap(w, *vms[w["name"]], access, host_agents[w["node"]]) for w in workers}
         migs = {w["name"]: self.mig(w, vms[w["name"]][1], boots[w["name"]]) for w in workers if sharing(w)[1]}
         labels = self.part("gpu_node:GpuNodeLabels", "gpu-nodes")
         patches = {}

@@ -30,7 +30,7 @@ from .common import (
 
 class GuestParts(Base):
     def bootstrap(
-        self, w: dict[str, Any], vm: proxmoxve.VmLegacy, host: pulumi.Output[str], access: Part
+        self, w: dict[str, Any], vm: proxmoxve.VmLegacy, host: pulumi.Output[str], access: Part, host_agent: Any
     ) -> tuple[Part, Any, Any]:
         part = self.part("guest_bootstrap:GuestBootstrap", f"{w['name']}-bootstrap", depends_on=[access])
         conn = ssh(host, "ubuntu", self.key)
@@ -64,7 +64,25 @@ class GuestParts(Base):
                 ),
             )
 
-        cloud_init = run("cloud-init", "", agent)
+        node = next(n for n in self.spec["proxmox"]["nodes"] if n["name"] == w["node"])
+        hold = f"/home/ubuntu/{AGENT}/hold-{short('hold', 12)}/step.sh"
+        restart_args = f"--vmid {w['vmid']} --node-name {w['name']} --timeout 600 --hardware {'0' * 16}"
+        vm_restart = command.remote.Command(
+            f"{part.prefix}-vm-restart",
+            command.remote.CommandArgs(
+                connection=ssh(node["sshAddress"], "root", self.key),
+                create=step("root", "vm-restart", f"{restart_args} --guest-step {hold} -- --why restart {rollout}"),
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=part,
+                provider=self.cmd,
+                depends_on=[agent, host_agent],
+                replace_with=replace,
+                # The hold (the default slot wait and drain, 21600 + 600 s), two agent waits, the shutdown, slack.
+                custom_timeouts=pulumi.CustomTimeouts(create="24300s", update="24300s"),
+            ),
+        )
+        cloud_init = run("cloud-init", "", vm_restart)
         driver = run("driver", f"--mode host --branch 580 --flavor server --modules open {rollout}", cloud_init)
         wait = command.local.Command(
             f"{part.prefix}-driver-wait",

@@ -12,6 +12,7 @@ from proxmox_gpu_cluster.cluster import adapters
 from proxmox_gpu_cluster.cluster.providers import Secrets
 from proxmox_gpu_cluster.cluster.proxmox_layer import ProxmoxLayer
 from proxmox_gpu_cluster.core.capacity import WorkerCapacity
+from proxmox_gpu_cluster.core.guest_spec import hardware_key
 from proxmox_gpu_cluster.core.spec import ClusterSpec, Worker
 from proxmox_gpu_cluster.gpu.gpu_node import GpuNodeLabels
 from proxmox_gpu_cluster.guest.capacity_gate import (
@@ -20,7 +21,7 @@ from proxmox_gpu_cluster.guest.capacity_gate import (
     NodeCapacityGates,
     NodeCapacityGatesArgs,
 )
-from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
+from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs, VmRestartArgs
 from proxmox_gpu_cluster.guest.mig_rollout import MigDrain, MigDrainArgs, MigSettle, MigSettleArgs, MigVm
 from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement, WorkerRetirementArgs
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
@@ -53,6 +54,13 @@ def build_guests(
                 join_token=secrets.join_token,
                 ca_cert_hash=secrets.ca_cert_hash,
                 replace_with=(vm.vm,),
+                vm_restart=VmRestartArgs(
+                    vmid=worker.vmid,
+                    host=spec.node(worker.node).ssh_address,
+                    ssh_user=spec.proxmox.ssh_user,
+                    hardware=hardware_key(worker),
+                    after=(layer.host_agents[worker.node],),
+                ),
             ),
             pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(provider=provider)),
         )

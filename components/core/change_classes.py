@@ -52,7 +52,7 @@ class FieldClass:
     @property
     def drains(self) -> bool:
         """Whether the change drains joined nodes through rollout slots (the one answer the diff announces)."""
-        return self.change == "rolled"
+        return self.change == "rolled" or (self.change == "vm-restart" and self.supported)
 
 
 def _c(change: ChangeClass, what: str, procedure: str = "", *, supported: bool = True, when: str = "") -> FieldClass:
@@ -64,8 +64,11 @@ _HELM = "a GPU Operator Helm value changes; the operator reconciles its daemonse
 _MONITORING = "a monitoring object (ServiceMonitor, PrometheusRule, dashboard or exporter ConfigMap) changes"
 _ROLL = "through rollout slots: cordon, drain, change, reboot if needed, verify, uncordon"
 _SETTING = "a setting of the steps changes; they run again and decide from the machine; every node stays in service"
-_PENDING = "the provider writes the VM configuration; it stays pending until the VM is stopped and started"
 _CLOUD_INIT = "the cloud-init drive changes; the guest reads it only at its first boot"
+_RESTART = (
+    "the provider writes the VM configuration, pending; the vm-restart step holds the node (rollout slot, cordon, "
+    "drain), stops and starts the VM from its Proxmox node, then verify checks the hardware and uncordons"
+)
 _OPERATOR_ROLL = "the operator's upgrade controller settings change; nothing rolls until the driver changes"
 
 CHANGE_CLASSES: Mapping[str, FieldClass] = {
@@ -111,8 +114,8 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     ),
     "Worker.vmid": _c("replace", "the VM is replaced delete-first: its node is drained and retired, then rebuilt"),
     "Worker.node": _c("replace", "the VM is replaced on the new node delete-first: drained and retired, rebuilt"),
-    "Worker.cores": _c("vm-restart", _PENDING, RESTART_VM, supported=False),
-    "Worker.memoryMiB": _c("vm-restart", _PENDING, RESTART_VM, supported=False),
+    "Worker.cores": _c("vm-restart", _RESTART),
+    "Worker.memoryMiB": _c("vm-restart", _RESTART),
     "Worker.diskGiB": _c(
         "in-place",
         "the provider grows the boot disk online; the guest grows its filesystem at its next boot",
@@ -134,7 +137,7 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
         "keep Worker.sshUser, or rebuild the worker with it: " + REPLACE_VM,
         supported=False,
     ),
-    "Worker.gpus": _c("vm-restart", _PENDING + "; verify then expects the new GPUs", RESTART_VM, supported=False),
+    "Worker.gpus": _c("vm-restart", _RESTART + " (the new GPUs)"),
     "Worker.workload": _c("rolled", _ROLL + " (driver mode, vfio binding, kernel arguments)"),
     "Worker.sharing": _c("rolled", _ROLL + " for a MIG geometry; device-plugin labels otherwise"),
     "Worker.timeSlicing": _c("in-place", _LABELS),
@@ -261,8 +264,8 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     "Image.templateVmid": _c("in-place", "only VMs created afterwards are cloned from it"),
     "Image.datastore": _c("replace", "the downloaded image file is replaced; running workers are untouched"),
     # Network
-    "Network.bridge": _c("vm-restart", _PENDING, RESTART_VM, supported=False),
-    "Network.vlan": _c("vm-restart", _PENDING, RESTART_VM, supported=False),
+    "Network.bridge": _c("vm-restart", _RESTART),
+    "Network.vlan": _c("vm-restart", _RESTART),
     "Network.ipv4": _c(
         "refused",
         "the steps would reach the worker at an address its guest never takes (cloud-init network "
@@ -274,7 +277,7 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     "Network.dns": _c("vm-restart", _CLOUD_INIT, "change it in the guest's netplan too", supported=False),
     "Network.searchDomain": _c("vm-restart", _CLOUD_INIT, "change it in the guest's netplan too", supported=False),
     # GpuAssignment
-    "GpuAssignment.ref": _c("vm-restart", _PENDING + "; verify then expects the new GPU", RESTART_VM, supported=False),
+    "GpuAssignment.ref": _c("vm-restart", _RESTART + " (the new GPU)"),
     "GpuAssignment.mig": _c(
         "rolled", _ROLL + "; mig-manager applies the geometry, the VM restarts if a mode is pending"
     ),

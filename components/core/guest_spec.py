@@ -7,6 +7,8 @@ Ubuntu 22.04/24.04 GPU host builds one directly.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -118,6 +120,12 @@ class GuestBootstrapSpec(SpecModel):
         "cluster's node-steps RBAC); None: change it in place.",
     )
     kubernetes_minor: int = Field(ge=MIN_KUBERNETES_MINOR, le=99, description="Kubernetes minor version (34).")
+    cpus: int | None = Field(
+        default=None, ge=1, le=512, description="vCPUs the verify step expects (a worker VM's cores); None: unchecked."
+    )
+    memory_mib: int | None = Field(
+        default=None, ge=1, description="RAM the verify step expects, in MiB (a worker VM's); None: unchecked."
+    )
     mig_modes: tuple[Annotated[str, Field(pattern=r"^[0-9]{1,2}=[01]$")], ...] = Field(
         default=(),
         description="MIG mode per MIG-capable GPU, ``INDEX=1|0``: the driver step sets it before the node joins (host "
@@ -192,4 +200,19 @@ def bootstrap_spec(spec: ClusterSpec, worker: Worker) -> GuestBootstrapSpec:
         else None,
         # Where mig-manager runs (the operator labels every MIG-capable node), the mode it will want.
         mig_modes=mig_modes(worker_node(spec, worker)) if op.enabled else (),
+        cpus=worker.cores,
+        memory_mib=worker.memory_mib,
     )
+
+
+def hardware_key(worker: Worker) -> str:
+    """A key of what the worker's VM runs on that Proxmox applies only at a VM start (cores, memory, GPUs, the
+    machine type its workload picks, the network device): the VM-restart step runs again when it changes."""
+    wanted = {
+        "cores": worker.cores,
+        "memoryMiB": worker.memory_mib,
+        "gpus": [g.ref for g in worker.gpus],
+        "workload": worker.workload,
+        "network": [worker.network.bridge, worker.network.vlan],
+    }
+    return hashlib.sha256(json.dumps(wanted, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -14,16 +14,17 @@ from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.core.spec_base import HostName
 from proxmox_gpu_cluster.engine_version import require_cli
 from proxmox_gpu_cluster.node_agent import caller_dependencies, install_agent
-from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
+from proxmox_gpu_cluster.render.agent_bundle import installed_step, secrets_stdin, step_command
 from proxmox_gpu_cluster.render.guest_scripts import (
     CA_CERT_HASH_VAR,
     JOIN_TOKEN_VAR,
     driver_args,
+    hold_args,
     join_args,
     runtime_args,
     verify_args,
 )
-from proxmox_gpu_cluster.render.host_scripts import REBOOT_SCHEDULED
+from proxmox_gpu_cluster.render.host_scripts import REBOOT_SCHEDULED, vm_restart_args
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 from proxmox_gpu_cluster.ssh import reboot_wait_args
 
@@ -34,6 +35,24 @@ def driver_version_of(verification: str | None) -> str:
         if line.startswith("verify: driver: "):
             return line.removeprefix("verify: driver: ").strip()
     return ""
+
+
+AGENT_WAIT_SECONDS = 600
+"""How long the VM-restart step waits for the VM's QEMU guest agent after a start."""
+
+
+class VmRestartArgs(ComponentArgs):
+    """The worker's VM on its Proxmox node, for the step that applies its pending hardware (vm_restart.sh)."""
+
+    vmid: Input[int] = Field(description="The VM's Proxmox id.")
+    host: Input[HostName] = Field(description="The SSH address of the Proxmox node the VM runs on.")
+    ssh_user: str = Field(description="The Proxmox node's SSH user (root, or passwordless sudo).")
+    hardware: str = Field(
+        pattern=r"^[0-9a-f]{16}$", description="``core.guest_spec.hardware_key`` of the worker: a change reruns it."
+    )
+    after: Sequence[pulumi.Resource] = Field(
+        default=(), description="What it waits for besides the guest's agent copy (the Proxmox node's agent copy)."
+    )
 
 
 class GuestBootstrapArgs(ComponentArgs):
@@ -60,6 +79,11 @@ class GuestBootstrapArgs(ComponentArgs):
         default=(),
         description="Resources whose replacement means a fresh machine (the VM): every step runs again. A per-child "
         "option that ``opts`` cannot carry.",
+    )
+    vm_restart: VmRestartArgs | None = Field(
+        default=None,
+        description="For a Proxmox VM: after the agent copy, a step on its Proxmox node that applies pending hardware "
+        "(the node held in its rollout slot, the VM stopped and started); the verify step then checks it.",
     )
 
     @model_validator(mode="after")
@@ -155,7 +179,10 @@ class GuestBootstrap(pulumi.ComponentResource):
                 ),
             )
 
-        cloud_init = step("cloud-init", [], self.agent, None)
+        first: pulumi.Resource = self.agent
+        if args.vm_restart is not None:
+            first = self._vm_restart(f"{name}-vm-restart", args, args.vm_restart)
+        cloud_init = step("cloud-init", [], first, None)
         purge = step_command(user, "driver", [*driver_args(bootstrap), "--purge"])
         driver = step(
             "driver",
@@ -190,4 +217,34 @@ class GuestBootstrap(pulumi.ComponentResource):
                 "verification": self.verification,
                 "driverVersion": self.driver_version,
             }
+        )
+
+    def _vm_restart(self, name: str, args: GuestBootstrapArgs, r: VmRestartArgs) -> command.remote.Command:
+        b = args.bootstrap
+
+        def create(vmid: int) -> str:
+            restart = vm_restart_args(
+                vmid, b.node_name, AGENT_WAIT_SECONDS, hardware=r.hardware,
+                guest_step=installed_step(args.user, "hold"), guest_args=hold_args(b),
+            )  # fmt: skip
+            return step_command(r.ssh_user, "vm-restart", restart)
+
+        vmid = r.vmid
+        command_line = (
+            create(vmid) if isinstance(vmid, int) else pulumi.Output.all(vmid).apply(lambda v: create(int(v[0])))
+        )
+        # The hold (a slot wait and the drain), two guest-agent waits, the shutdown (qm's 300 s), and slack.
+        hold = b.rollout.wait_seconds + b.rollout.drain_timeout_seconds if b.rollout else 0
+        limit = hold + 2 * AGENT_WAIT_SECONDS + 300 + 600
+        return command.remote.Command(
+            name,
+            command.remote.CommandArgs(
+                connection=ssh_connection(r.host, r.ssh_user, args.ssh_private_key), create=command_line
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[self.agent, *r.after],
+                replace_with=list(args.replace_with),
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{limit}s", update=f"{limit}s"),
+            ),
         )

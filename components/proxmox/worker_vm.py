@@ -111,8 +111,9 @@ class GpuWorkerVm(pulumi.ComponentResource):
     lists ``vm`` in ``replace_with``. Its boot inputs (cloud image, template, vendor data) only matter when it is
     created, so changing them never replaces a running worker (``ignore_changes``; rebuild one with ``pulumi up
     --replace``). The provider never restarts it (``reboot_after_update: false``): a change that needs a restart
-    (cores, memory, GPUs, cloud-init settings) stays pending in the VM's config until its node is drained and the
-    VM restarted, and the provider warns; one that needs the VM stopped fails instead.
+    (cores, memory, GPUs, the network device) stays pending in the VM's config, and the bootstrap's VM-restart step
+    applies it with the node held in its rollout slot (``GuestBootstrapArgs.vm_restart``); cloud-init settings only
+    matter at the first boot; a change that needs the VM stopped fails instead.
 
     cpu host also passes the host's virtualization extensions through, which a KubeVirt worker needs for its own
     VMs (nested virtualization must be enabled in the Proxmox node's kvm module, the default on current kernels;

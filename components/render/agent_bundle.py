@@ -58,6 +58,7 @@ GUEST_STEPS: dict[str, tuple[str, ...]] = {
     "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig_mode.sh", "guest_mig.sh", *_CLUSTER),
     "capacity": ("guest_lib.sh", "guest_capacity.sh", "agent/capacity.py"),
     "drain": ("guest_lib.sh", "guest_drain.sh", *_CLUSTER),
+    "hold": ("guest_lib.sh", "guest_rollout.sh", "guest_hold.sh", *_CLUSTER),
 }
 """The steps that run on a worker's guest: the scripts each is made of, in order (``scripts/``), then the agent's
 Python modules it calls (``agent/``, installed beside ``step.sh``)."""
@@ -67,10 +68,11 @@ HOST_STEPS: dict[str, tuple[str, ...]] = {
     "large-bar": ("host_lib.sh", "large_bar.sh"),
     "retire": ("host_qm.sh", "retire_vm.sh"),
     "mig-restart": ("host_lib.sh", "host_qm.sh", "mig_restart.sh"),
+    "vm-restart": ("host_lib.sh", "host_qm.sh", "vm_restart.sh"),
 }
 """The steps that run on a Proxmox node."""
 KINDS = {"guest": GUEST_STEPS, "host": HOST_STEPS}
-GUEST_EXEC_STEPS = ("retire", "mig-restart")
+GUEST_EXEC_STEPS = ("retire", "mig-restart", "vm-restart")
 """Host steps that run a guest's installed step (``qm guest exec``): their step.sh has ``PGC_LAUNCHER``."""
 SECRET_NAMES = ("PGC_JOIN_TOKEN", "PGC_CA_CERT_HASH")
 """The only names a step accepts on stdin (agent_prologue.sh)."""

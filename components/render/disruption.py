@@ -251,8 +251,9 @@ def disruption_lines(spec: ClusterSpec) -> list[str]:
         lines.append(
             # which fields roll is the one table's answer (core/change_classes.py), the one the diff announces from
             f"Rolling changes of joined nodes (a change of {', '.join(rolled_fields())}: a new host driver build or "
-            "branch, kernel arguments, vfio binding, a Kubernetes minor upgrade (once the API server is at it), a MIG "
-            "geometry, which also waits for mig-manager's success): "
+            "branch, kernel arguments, vfio binding, a Kubernetes minor upgrade (once the API server is at it), VM "
+            "hardware (the VM stopped and started from Proxmox), a MIG geometry, which also waits for mig-manager's "
+            "success): "
             f"at most {host['maxUnavailable']} of {len(spec.workers)} node(s) at a time, cluster-wide, so at least "
             f"{host['rounds']} round(s): take a slot, cordon, drain, change, reboot if needed, verify, uncordon, "
             "release; a node that fails stays cordoned and frees its slot; a node that has not joined yet rolls nothing"

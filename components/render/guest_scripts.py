@@ -130,6 +130,10 @@ def verify_args(b: GuestBootstrapSpec) -> list[str]:
         args += ["--kernel-arg", arg]
     if b.kernel_below is not None:
         args += ["--kernel-below", b.kernel_below]
+    if b.cpus is not None:  # what the VM runs on (a change restarts the VM, then verify checks it and uncordons)
+        args += ["--cpus", str(b.cpus)]
+    if b.memory_mib is not None:
+        args += ["--memory-mib", str(b.memory_mib)]
     if b.join_method == "kubeadm":  # the minor the join step installed or upgraded to (and a new one reruns verify)
         args += ["--kubernetes", str(b.kubernetes_minor)]
     return args + rollout_args(b)
@@ -137,3 +141,8 @@ def verify_args(b: GuestBootstrapSpec) -> list[str]:
 
 def _flag(value: bool) -> str:
     return "1" if value else "0"
+
+
+def hold_args(b: GuestBootstrapSpec) -> list[str]:
+    """guest_hold.sh arguments: why, and the rollout settings (none: a node joined elsewhere is not held)."""
+    return ["--why", "VM restart for pending hardware", *rollout_args(b)]

@@ -101,6 +101,15 @@ def mig_restart_args(vmid: int, node_name: str, timeout: int, guest_step: str, g
     return [*args, "--", *guest_args]
 
 
+def vm_restart_args(
+    vmid: int, node_name: str, timeout: int, *, hardware: str, guest_step: str, guest_args: list[str]
+) -> list[str]:
+    """Arguments of vm_restart.sh: which VM, its node name, how long the guest agent may take to answer after the
+    restart, the hardware key, the guest's installed hold step, then that step's arguments."""
+    args = ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout), "--hardware", hardware]
+    return [*args, "--guest-step", guest_step, "--", *guest_args]
+
+
 def parse_groups(stdout: str) -> dict[str, int]:
     """PCI path -> IOMMU group from host_verify.sh's output."""
     return {m[1]: int(m[2]) for line in stdout.splitlines() if (m := VERIFY_LINE.match(line.strip()))}

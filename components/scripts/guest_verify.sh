@@ -11,18 +11,21 @@
 #
 # Usage: guest_verify.sh --gpu VENDOR:DEVICE=PRODUCT [--gpu ...] [--nvidia-smi 0|1] [--driver VERSION|BRANCH]
 #                        [--containerd-nvidia 0|1] [--vfio 0|1] [--kvm 0|1] [--kernel-arg ARG ...]
-#                        [--kernel-below MAJOR.MINOR] [--kubernetes MINOR]
+#                        [--kernel-below MAJOR.MINOR] [--kubernetes MINOR] [--cpus N] [--memory-mib MIB]
 #                        [--rollout 1 --rollout-node NAME --rollout-api HOST:PORT ...] (guest_rollout.sh)
 # A node the driver step cordoned for a rolling change (guest_rollout.sh) is uncordoned once it passed and its slot
 # given back; when it fails, the slot is given back and the node stays cordoned.
 # --kubernetes: the kubelet package of that minor is installed (after the join step's install or upgrade).
+# --cpus, --memory-mib: the VM runs on what its spec asks (after a VM restart applied pending hardware): that many
+# processors, and a MemTotal between 70% and 100% of the RAM (the kernel and firmware keep some; a crash kernel's
+# reservation up to 30%; no ballooning on passthrough VMs, worker_vm.py).
 # PRODUCT is the NVML name with spaces as dashes (NVIDIA-A10). Prints "verify: driver: <version>" (host driver)
 # and "verify: ok: ..." or fails naming what was expected and what was seen.
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="verify"
 
-gpus=() nvidia_smi=0 driver="" containerd_nvidia=0 vfio=0 kvm=0 kernel_args=() kernel_below="" kubernetes=""
+gpus=() nvidia_smi=0 driver="" containerd_nvidia=0 vfio=0 kvm=0 kernel_args=() kernel_below="" kubernetes="" cpus="" memory_mib=""
 while (($#)); do
   case "$1" in
   --vfio) vfio="$2" ;;
@@ -33,6 +36,8 @@ while (($#)); do
   --nvidia-smi) nvidia_smi="$2" ;;
   --driver) driver="$2" ;;
   --kubernetes) kubernetes="$2" ;;
+  --cpus) cpus="$2" ;;
+  --memory-mib) memory_mib="$2" ;;
   --containerd-nvidia) containerd_nvidia="$2" ;;
   *) rollout_arg "$1" "$2" || die "unknown argument $1" ;;
   esac
@@ -40,6 +45,8 @@ while (($#)); do
 done
 rollout_check_args
 [[ -z "$kubernetes" || "$kubernetes" =~ ^[0-9]{2}$ ]] || fail "--kubernetes" "a two-digit minor version" "'$kubernetes'"
+[[ -z "$cpus" || "$cpus" =~ ^[1-9][0-9]{0,3}$ ]] || fail "--cpus" "a count" "'$cpus'"
+[[ -z "$memory_mib" || "$memory_mib" =~ ^[1-9][0-9]{0,8}$ ]] || fail "--memory-mib" "MiB" "'$memory_mib'"
 ((${#gpus[@]})) || fail "arguments" "at least one --gpu" "none"
 # The flags reach (( )) below, which evaluates its operand as arithmetic (an array index in it runs command
 # substitutions): only 0 or 1 passes.
@@ -148,6 +155,20 @@ check_kubelet() {
   [[ "$have" == "1.$kubernetes."* ]] || fail "kubelet package" "1.$kubernetes.x" "${have:-not installed}"
 }
 
+check_vm_hardware() {
+  local seen kib
+  if [[ -n "$cpus" ]]; then
+    seen="$(grep -c '^processor' "$ROOT/proc/cpuinfo" || true)"
+    [[ "$seen" == "$cpus" ]] || fail "/proc/cpuinfo" "$cpus processors" "$seen (a VM restart still pending?)"
+  fi
+  if [[ -n "$memory_mib" ]]; then
+    kib="$(awk '$1 == "MemTotal:" { print $2 }' "$ROOT/proc/meminfo")"
+    [[ "$kib" =~ ^[0-9]+$ ]] || fail "/proc/meminfo" "a MemTotal line" "none"
+    ((kib * 10 >= memory_mib * 1024 * 7 && kib <= memory_mib * 1024)) ||
+      fail "/proc/meminfo MemTotal" "70-100% of ${memory_mib} MiB" "$((kib / 1024)) MiB (a VM restart still pending?)"
+  fi
+}
+
 check_kvm() {
   [[ -e "$ROOT/dev/kvm" ]] ||
     fail "/dev/kvm" "the KVM device (nested virtualization: cpu host, and nested=1 in the Proxmox node's kvm module)" \
@@ -170,6 +191,7 @@ main() {
   ((nvidia_smi)) && check_nvidia_smi
   ((containerd_nvidia)) && check_containerd
   [[ -n "$kubernetes" ]] && check_kubelet
+  check_vm_hardware
   echo "verify: ok: $(printf '%s\n' "${gpus[@]#*=}" | paste -sd, -)"
   # The reboot the driver step scheduled (its marker names the boot it was scheduled from) happened and the node
   # passed: the marker has done its job. One of this boot stays: that reboot is still to come.

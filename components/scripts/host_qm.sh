@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # qm's JSON answers, for the host steps that run a guest's installed step through the QEMU guest agent
-# (retire_vm.sh, mig_restart.sh; sent before them). `qm guest exec` prints one JSON object on stdout (out-data,
+# (retire_vm.sh, mig_restart.sh, vm_restart.sh; sent before them). `qm guest exec` prints one JSON object on stdout (out-data,
 # err-data, exited, exitcode; on its own timeout only {"pid": N}, after a warning on stderr: qemu-server
 # src/PVE/CLI/qm.pm, method exec). Perl's JSON::PP reads it: Proxmox VE is written in Perl, so every node has both.
 set -euo pipefail
@@ -14,4 +14,37 @@ qm_json_object() {
 qm_json_field() {
   perl -MJSON::PP -e 'my $v = decode_json(do { local $/; <STDIN> })->{$ARGV[0]}; print defined $v ? $v : ""' \
     "$2" <<<"$1"
+}
+
+# qm_agent_up <vmid> <seconds>: wait (bounded) until the VM's QEMU guest agent answers.
+qm_agent_up() {
+  local waited=0
+  until timeout 30 qm guest cmd "$1" ping >/dev/null 2>&1; do
+    ((waited < $2)) || fail "guest agent" "VM $1's QEMU guest agent answering within ${2}s" "no answer"
+    sleep 5
+    waited=$((waited + 5))
+  done
+}
+
+# qm_guest_step <vmid> <seconds> <what> <installed step.sh> <args...>: run the guest's installed step through the
+# guest agent and its launcher (PGC_LAUNCHER), show its output, and set QM_OUT and QM_CODE (its stdout and exit
+# code); fails when qm cannot start it, answers no JSON object, or the step is still running after <seconds>.
+# QM_ERR_FILE: a file for qm's stderr (on a timeout qm warns there and still exits 0, printing {"pid": N}).
+qm_guest_step() {
+  local vmid="$1" seconds="$2" what="$3" result err warning
+  shift 3
+  result="$(qm guest exec "$vmid" --timeout "$seconds" -- bash -c "$PGC_LAUNCHER" "$@" 2>"$QM_ERR_FILE")" ||
+    fail "qm guest exec" "the guest's $what started in VM $vmid" "$(tr '\n' ' ' <"$QM_ERR_FILE")"
+  warning="$(tr '\n' ' ' <"$QM_ERR_FILE")"
+  qm_json_object "$result" ||
+    fail "qm guest exec" "a JSON object on stdout from VM $vmid" "'${result//$'\n'/ }' (stderr: ${warning:-nothing})"
+  QM_OUT="$(qm_json_field "$result" out-data)"
+  err="$(qm_json_field "$result" err-data)"
+  [[ -z "$QM_OUT" ]] || printf '%s\n' "$QM_OUT"
+  [[ -z "$err" ]] || printf '%s\n' "$err" >&2
+  [[ "$(qm_json_field "$result" exited)" == 1 ]] ||
+    fail "guest exec" "the guest's $what to finish within ${seconds}s" \
+      "it still runs in VM $vmid (pid $(qm_json_field "$result" pid); qm: ${warning:-nothing})"
+  # shellcheck disable=SC2034 # read by the step that called it
+  QM_CODE="$(qm_json_field "$result" exitcode)"
 }

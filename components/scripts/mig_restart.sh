@@ -40,47 +40,22 @@ while (($#)); do
   shift 2
 done
 
-# agent_up: wait (bounded by --timeout) until the VM's QEMU guest agent answers.
-agent_up() {
-  local waited=0
-  until timeout 30 qm guest cmd "$vmid" ping >/dev/null 2>&1; do
-    ((waited < timeout)) || fail "guest agent" "VM $vmid's QEMU guest agent answering within ${timeout}s" "no answer"
-    sleep 5
-    waited=$((waited + 5))
-  done
-}
-
 # guest_says [retry seconds]: run the guest's MIG step (--phase restart); sets SAYS to its mig-restart line (its
 # output is shown). The step decides only once it can: in operator driver mode it waits for the driver container
 # (a first provisioning: the operator is installed alongside this step; after a start: it loads the driver again)
 # and, for a restart, for mig-manager's report. Right after a start the guest may not reach the API server yet: a
 # step that fails is run again every 10 s within the retry time (0: fail at once).
 guest_says() {
-  local retry="${1:-0}" waited=0 result out err code warning
+  local retry="${1:-0}" waited=0
   while :; do
-    # stdout only is qm's JSON: on a timeout qm warns on stderr and still exits 0 (qemu-server src/PVE/CLI/qm.pm,
-    # method exec: "timeout reached, returning pid", then {"pid": N}); its stderr goes into the failure line.
-    result="$(qm guest exec "$vmid" --timeout "$run_for" -- \
-      bash -c "$PGC_LAUNCHER" "$guest_step" "${guest_args[@]}" 2>"$QM_ERR_FILE")" ||
-      fail "qm guest exec" "the guest's MIG step started in VM $vmid" "$(tr '\n' ' ' <"$QM_ERR_FILE")"
-    warning="$(tr '\n' ' ' <"$QM_ERR_FILE")"
-    qm_json_object "$result" ||
-      fail "qm guest exec" "a JSON object on stdout from VM $vmid" "'${result//$'\n'/ }' (stderr: ${warning:-nothing})"
-    out="$(qm_json_field "$result" out-data)"
-    err="$(qm_json_field "$result" err-data)"
-    [[ -z "$out" ]] || printf '%s\n' "$out"
-    [[ -z "$err" ]] || printf '%s\n' "$err" >&2
-    [[ "$(qm_json_field "$result" exited)" == 1 ]] ||
-      fail "guest exec" "the guest's MIG step to finish within ${run_for}s" \
-        "it still runs in VM $vmid (pid $(qm_json_field "$result" pid); qm: ${warning:-nothing})"
-    code="$(qm_json_field "$result" exitcode)"
-    [[ "$code" != 0 && waited -lt retry ]] || break
-    echo "mig-restart: the guest's MIG step failed (exit $code) right after the start; trying again in 10 s" >&2
+    qm_guest_step "$vmid" "$run_for" "MIG step" "$guest_step" "${guest_args[@]}"
+    [[ "$QM_CODE" != 0 && waited -lt retry ]] || break
+    echo "mig-restart: the guest's MIG step failed (exit $QM_CODE) right after the start; trying again in 10 s" >&2
     sleep 10
     waited=$((waited + 10))
   done
-  [[ "$code" == 0 ]] || fail "guest" "exit code 0 from the MIG step in VM $vmid" "$code (its message is above)"
-  SAYS="$(grep -m 1 -oE '^mig-restart: (needed|not-needed)' <<<"$out" || true)"
+  [[ "$QM_CODE" == 0 ]] || fail "guest" "exit code 0 from the MIG step in VM $vmid" "$QM_CODE (its message is above)"
+  SAYS="$(grep -m 1 -oE '^mig-restart: (needed|not-needed)' <<<"$QM_OUT" || true)"
   [[ -n "$SAYS" ]] || fail "guest" "a mig-restart line from the MIG step in VM $vmid" "none"
 }
 
@@ -123,7 +98,7 @@ main() {
     qm start "$vmid" 9>&- # QEMU outlives the step: it must not hold the node's lock
     was=started
   fi
-  agent_up
+  qm_agent_up "$vmid" "$timeout"
   guest_says "$([[ "$was" == started ]] && echo "$timeout" || echo 0)"
   if [[ "$SAYS" == "mig-restart: not-needed" ]]; then
     rm -f "$marker"
@@ -137,7 +112,7 @@ main() {
   qm shutdown "$vmid" --timeout 300 --forceStop 1
   put_file "$marker" "started $key"
   qm start "$vmid" 9>&-
-  agent_up
+  qm_agent_up "$vmid" "$timeout"
   guest_says "$timeout"
   [[ "$SAYS" == "mig-restart: not-needed" ]] ||
     fail "VM $vmid ($node_name) after its restart" "the GPUs' MIG mode applied" "$unreset"

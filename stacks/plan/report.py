@@ -75,7 +75,8 @@ def _drained(touched: Sequence[Change], prefix: str, before: Plan, after: Plan) 
     spec field whose class drains (``core/change_classes.py``: a drain or slot setting, ``sshAgent``, ``authMode``
     or ``joinMethod`` changes the step's command or connection, and the step drains nothing for it) or, for the
     driver and MIG steps, for a change of what the step runs (its agent bundle: the diff cannot tell what the new
-    code decides; the join step drains only for a new minor, which is a spec change). Without the specs (an older
+    code decides; the join step drains only for a new minor and the VM-restart step only for pending hardware, both
+    spec changes). Without the specs (an older
     revision's plan document) every driver and MIG step counts, and no join step (its re-runs are mostly a new
     join token or new code)."""
     rolled = rolled_machines(before, after) if before is not None and after is not None else None
@@ -84,7 +85,7 @@ def _drained(touched: Sequence[Change], prefix: str, before: Plan, after: Plan) 
     for c in touched:
         if (owner := _owner(c, ("-bootstrap-driver", "-mig-begin"), prefix)) is not None:
             drains = rolled is None or ALL in rolled or owner in rolled or c.name in bundles
-        elif (owner := _owner(c, ("-bootstrap-join",), prefix)) is not None:
+        elif (owner := _owner(c, ("-bootstrap-join", "-bootstrap-vm-restart"), prefix)) is not None:
             drains = rolled is not None and (ALL in rolled or owner in rolled)
         if owner is not None and drains:
             out.add(owner)

@@ -48,7 +48,7 @@ def test_every_step_has_a_12_digit_fingerprint_and_a_bundle_named_after_it() -> 
     ("script", "changed"),
     [
         ("guest_join.sh", {"join"}),
-        ("guest_rollout.sh", {"driver", "join", "verify", "mig"}),
+        ("guest_rollout.sh", {"driver", "join", "verify", "mig", "hold"}),
         ("guest_lib.sh", set(GUEST_STEPS)),
         ("host_prep.sh", {"host-prep"}),
         ("host_lib.sh", set(HOST_STEPS) - {"retire"}),

@@ -35,7 +35,7 @@ def test_the_classes_are_the_issues_six_and_each_says_what_up_does() -> None:
             assert not c.supported, key
 
 
-def test_only_rolled_fields_drain_and_the_issues_false_drains_do_not() -> None:
+def test_only_rolled_fields_and_carried_out_vm_restarts_drain_and_the_issues_false_drains_do_not() -> None:
     # the issue's false announcements: tuning drain or slot settings, sshAgent, authMode, joinMethod
     quiet = [f"DrainSpec.{k}" for k in ("timeoutSeconds", "maxUnavailable", "slotLeaseSeconds", "slotWaitSeconds",
                                         "slotNamespace", "force", "deleteEmptydirData")]  # fmt: skip
@@ -47,8 +47,12 @@ def test_only_rolled_fields_drain_and_the_issues_false_drains_do_not() -> None:
         klass = field_class(key)
         assert klass is not None and klass.drains, key
     assert {k for k, c in CHANGE_CLASSES.items() if c.drains} == {
-        k for k, c in CHANGE_CLASSES.items() if c.change == "rolled"
+        k for k, c in CHANGE_CLASSES.items() if c.change == "rolled" or (c.change == "vm-restart" and c.supported)
     }
+    # the VM hardware the vm-restart step applies in the node's slot (vm_restart.sh, core.guest_spec.hardware_key)
+    for key in ("Worker.cores", "Worker.memoryMiB", "Worker.gpus", "GpuAssignment.ref", "Network.bridge"):
+        klass = field_class(key)
+        assert klass is not None and klass.change == "vm-restart" and klass.supported and klass.drains, key
 
 
 def test_the_issues_no_path_changes_are_refused_with_a_procedure() -> None:

@@ -29,7 +29,7 @@ REMOTE = "command:remote:Command"
 LOCAL = "command:local:Command"
 COPY = "command:remote:CopyToRemote"
 VM = "proxmoxve:index/vmLegacy:VmLegacy"
-ORDER = ("agent", "cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
+ORDER = ("agent", "vm-restart", "cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
 
 
 def run_bundle(step: str, user: str = "ubuntu") -> str:
@@ -92,13 +92,15 @@ def test_node_labels_wait_for_their_own_bootstrap_only() -> None:
 
 def test_connection_uses_the_secret_key_with_bounded_retries() -> None:
     rec = plan_stack(base_spec())
-    for step in steps(rec, "ts-1").values():
+    for role, step in steps(rec, "ts-1").items():
         if step.type != REMOTE:
             continue
         connection = step.inputs["connection"]
         assert is_secret(connection) or is_secret(connection.get("privateKey")), step.name
         plain = step.plain_inputs["connection"]
-        assert plain["host"] == "192.0.2.60" and plain["user"] == "ubuntu"
+        # the VM-restart step runs on the VM's Proxmox node, as its SSH user; every other one on the guest
+        want = ("192.0.2.12", "root") if role == "vm-restart" else ("192.0.2.60", "ubuntu")
+        assert (plain["host"], plain["user"]) == want, step.name
         assert plain["dialErrorLimit"] == 30 and plain["perDialTimeout"] == 10
 
 
@@ -205,7 +207,8 @@ def test_verify_expects_every_assigned_gpu() -> None:
     chain = steps(plan_stack(base_spec()), "ts-1")
     assert chain["verify"].plain_inputs["create"] == (
         f"{run_bundle('verify')} --gpu 10de:2236=NVIDIA-A10 --gpu 10de:2236=NVIDIA-A10 --nvidia-smi 1 --driver 580 "
-        "--containerd-nvidia 1 --kubernetes 34 --rollout 1 --rollout-node ts-1 --rollout-api k8s.example.test:6443"
+        "--containerd-nvidia 1 --cpus 8 --memory-mib 32768 --kubernetes 34 --rollout 1 --rollout-node ts-1 "
+        "--rollout-api k8s.example.test:6443"
     )  # the rollout settings are all at their defaults, which the script has too
 
 

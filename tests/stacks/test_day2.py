@@ -86,7 +86,7 @@ def test_a_replaced_vm_is_deleted_first_and_drained_before_it_goes() -> None:
     cascade = {r.name for r in replaced_with(rec, vm)}
     steps = {
         f"cluster-gpu-a10-b-bootstrap-{s}"
-        for s in ("agent", "cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
+        for s in ("agent", "vm-restart", "cloud-init", "driver", "driver-wait", "runtime", "join", "verify")
     }
     assert cascade == steps | {"cluster-gpu-a10-b-retirement-drain"}
     # The engine deletes this cascade in no fixed order, so only the retirement may do anything when deleted.

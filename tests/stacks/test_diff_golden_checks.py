@@ -227,7 +227,8 @@ def test_a_changed_secret_input_shows_as_changed_secret(planner: Planner) -> Non
     assert prep["paths"] == ["connection"] and [
         v for v in prep["values"] if v.startswith("connection: changed (secret)")
     ]
-    assert len(lines_with(out.txt, "connection: changed (secret)")) == 7  # every step that connects to pve-b
+    # every step that connects to pve-b (its workers' VM-restart steps too)
+    assert len(lines_with(out.txt, "connection: changed (secret)")) == 9
     # never an old → new of the secret itself (a reason after it may show the stack file's plain values)
     assert not [line for line in lines_with(out.txt, "connection:") if "→" in line.split("changed (secret)")[0]]
     # SSH to the host changes, so its host prep runs again, and may reboot it

@@ -51,7 +51,7 @@ def test_each_changed_value_is_named_by_its_path_and_field() -> None:
     changes = {c.path: c for c in field_changes(*documents(edit))}
     cores = changes["cluster.workers[gpu-a10-a].cores"]
     assert (cores.field, cores.new, cores.owner) == ("Worker.cores", 48, "gpu-a10-a") and cores.old != 48
-    assert cores.klass is not None and cores.klass.change == "vm-restart" and not cores.klass.supported
+    assert cores.klass is not None and cores.klass.change == "vm-restart" and cores.klass.supported
     drain = changes["cluster.kubernetes.drain.maxUnavailable"]
     assert (drain.field, drain.owner, drain.refused) == ("DrainSpec.maxUnavailable", "", "")
     assert set(changes) == {"cluster.workers[gpu-a10-a].cores", "cluster.kubernetes.drain.maxUnavailable"}

@@ -9,9 +9,12 @@ VM is restarted from Proxmox; mig-manager reports failed while it cannot reset t
   --gpu-reset ...") and exits 0, as it does. Any other call is the guest's usual nvidia-smi stub. The state is
   ``fake-mig`` ("<index> <current> <pending>" lines); a guest reboot (``FakeGuest.reboot``) does not touch it.
 - ``operator_driver(guest)``: the same nvidia-smi, only inside the operator's driver root (``chroot``).
-- ``install_vm(host, guest)``: ``qm`` on the Proxmox node for the guest's VM: ``status``, ``guest cmd ping``,
+- ``install_vm(host, guest)``: ``qm`` on the Proxmox node for the guest's VM: ``status``, ``pending`` (the host's
+  ``fake-vm-config`` and ``fake-vm-pending``, ``key: value`` lines, an empty value a deletion; printed as
+  pve-guest-common's format_pending does), ``guest cmd ping``,
   ``guest exec`` (as fakekube's ``install_qm``; ``exec_fault`` injects faults into the guest's commands there), ``shutdown`` (--forceStop; ``shutdowns``: what the node ran then) and ``start``. A start after a stop is a
-  new QEMU process: vfio resets the GPUs, so each pending mode becomes current (unless ``fake-no-reset`` exists on
+  new QEMU process: the pending configuration becomes current (the guest's /proc/cpuinfo and /proc/meminfo follow
+  cores and memory), vfio resets the GPUs, so each pending mode becomes current (unless ``fake-no-reset`` exists on
   the host: a GPU the reset does not reach), and the guest boots (a new boot id). ``restarts(host)`` counts them;
   ``api_down_after_boot`` makes the API server unreachable from the guest until the host's next ``sleep``.
 - ``mig_manager(cluster, guest, node)``: one run of mig-manager's reconfigure (NVIDIA/mig-parted) for the
@@ -121,6 +124,20 @@ if args[:1] == ["start"]:
     if os.path.exists(mig) and not os.path.exists(os.path.join(host, "fake-no-reset")):
         rows = [line.split() for line in open(mig).read().splitlines()]
         open(mig, "w").write("".join(f"{i} {p if c != '[N/A]' else c} {p}\n" for i, c, p in rows))
+    pending = os.path.join(host, "fake-vm-pending")
+    if os.path.exists(pending):  # a new QEMU process runs on the whole configuration: pending becomes current
+        conf = os.path.join(host, "fake-vm-config")
+        cur = dict(l.split(": ", 1) for l in (open(conf).read().splitlines() if os.path.exists(conf) else []))
+        for line in open(pending).read().splitlines():
+            key, value = line.split(": ", 1)
+            cur.pop(key, None) if value == "" else cur.__setitem__(key, value)
+        open(conf, "w").write("".join(f"{k}: {v}\n" for k, v in sorted(cur.items())))
+        os.unlink(pending)
+        if "cores" in cur:  # what the guest kernel then sees
+            open(os.path.join(guest, "proc/cpuinfo"), "w").write(
+                "".join(f"processor\t: {i}\n\n" for i in range(int(cur["cores"]))))
+        if "memory" in cur:
+            open(os.path.join(guest, "proc/meminfo"), "w").write(f"MemTotal: {int(cur['memory']) * 1024 * 97 // 100} kB\n")
     count = os.path.join(host, "fake-vm-restarts")
     n = int(open(count).read()) if os.path.exists(count) else 0
     open(count, "w").write(f"{n + 1}\n")
@@ -139,6 +156,21 @@ if args[:1] == ["start"]:
     hook = os.path.join(host, "fake-boot-api-down")
     if os.path.exists(hook):  # the guest reaches no API server for a while after its boot
         set_api_down(open(hook).read().strip(), True)
+    sys.exit(0)
+if args[:1] == ["pending"]:  # pve-guest-common PVE/GuestHelpers.pm format_pending: cur, then new or del, by key
+    def config(name):
+        path = os.path.join(host, name)
+        lines = open(path).read().splitlines() if os.path.exists(path) else []
+        return dict(line.split(": ", 1) for line in lines if ": " in line)
+    cur, new = config("fake-vm-config"), config("fake-vm-pending")
+    for key in sorted(set(cur) | set(new)):
+        if key in cur and new.get(key) == "":
+            print(f"del {key}: {cur[key]}")
+            continue
+        if key in cur:
+            print(f"cur {key}: {cur[key]}")
+        if key in new:
+            print(f"new {key}: {new[key]}")
     sys.exit(0)
 if args[:2] == ["guest", "cmd"]:
     agent_gone(host, args[2], status)
