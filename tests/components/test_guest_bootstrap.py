@@ -15,7 +15,7 @@ import pulumi_command as command
 import pytest
 
 from proxmox_gpu_cluster.core.errors import SpecError
-from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec
+from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec, hardware_key
 from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
@@ -357,3 +357,16 @@ def test_rollout_settings_at_their_default_are_not_passed_and_the_script_has_the
     assert rollout_args(tuned)[6:] == [
         "--rollout-namespace", "gpu-slots", "--rollout-max-unavailable", "3", "--rollout-force", "1"
     ]  # fmt: skip
+
+
+def test_the_vm_restart_step_runs_on_the_proxmox_node_and_again_only_for_a_hardware_change() -> None:
+    spec = load_spec(base_spec())
+    worker = next(w for w in spec.workers if w.name == "ts-1")
+    create = steps(plan_stack(base_spec()), "ts-1")["vm-restart"].plain_inputs["create"]
+    assert f"--vmid {worker.vmid} --node-name ts-1 " in create and f"--hardware {hardware_key(worker)} " in create
+    assert "/home/ubuntu/.proxmox-gpu-cluster/agent/hold-" in create  # the guest's installed hold step
+    # What Proxmox applies only at a VM start changes the key (the step runs again); anything else does not.
+    for changed in ({"cores": 16}, {"memory_mib": 65536}, {"workload": "vm-passthrough"}):
+        assert hardware_key(worker.model_copy(update=changed)) != hardware_key(worker), changed
+    for same in ({"tags": ("gpu",)}, {"protect": True}, {"disk_gib": 200}):
+        assert hardware_key(worker.model_copy(update=same)) == hardware_key(worker), same
