@@ -91,11 +91,11 @@ class Cluster(ProxmoxParts, GuestParts):
                 ),
             )
         labels.register_outputs({"nodes": [w["name"] for w in workers]})
-        for w in (w for w in workers if w["name"] in migs):  # restart (if due) and wait, once the label changed
-            migs[w["name"]][1](patches[w["name"]], host_agents[w["node"]])
         for w in workers:
             self.retirement(w, vms[w["name"]][0], [boots[w["name"]][0], patches[w["name"]], host_agents[w["node"]]])
         release = self.operator(workers, list(patches.values()), labels)
+        for w in (w for w in workers if w["name"] in migs):  # restart (if due) and wait, once label and release are in
+            migs[w["name"]][1](patches[w["name"]], host_agents[w["node"]], release)
         gates = self.part("capacity_gate:NodeCapacityGates", "capacity-gates", depends_on=[release])
         for w in workers:
             self.gate(gates, w, vms[w["name"]][1], boots[w["name"]], patches[w["name"]])

@@ -164,7 +164,7 @@ class GuestParts(Base):
 
     def mig(
         self, w: dict[str, Any], host: pulumi.Output[str], boot: tuple[Part, Any, Any]
-    ) -> tuple[list[pulumi.Resource], Callable[[pulumi.Resource, pulumi.Resource], None]]:
+    ) -> tuple[list[pulumi.Resource], Callable[[pulumi.Resource, pulumi.Resource, pulumi.Resource], None]]:
         """The drain (its begin step), and what makes the settle (the restart on the VM's Proxmox node, and the end
         step) once the label patch exists (the patch and the node's agent copy)."""
         name = f"{self.name}-{w['name']}-mig"
@@ -199,8 +199,9 @@ class GuestParts(Base):
         begin = phase("begin", drain, pulumi.ResourceOptions(depends_on=[boot[0]]), 22500)
         drain.register_outputs({})
 
-        def settle(patch: pulumi.Resource, agent: pulumi.Resource) -> None:
-            part = self.part("mig_rollout:MigSettle", f"{w['name']}-mig-settle", depends_on=[drain, patch, agent])
+        def settle(patch: pulumi.Resource, agent: pulumi.Resource, release: pulumi.Resource) -> None:
+            after = [drain, patch, agent, release]
+            part = self.part("mig_rollout:MigSettle", f"{w['name']}-mig-settle", depends_on=after)
             old_parent = part.urn.apply(
                 lambda u: u.rpartition("::")[0].replace(":MigSettle", f"${former}"[1:]) + f"::{name}"
             )
@@ -217,7 +218,7 @@ class GuestParts(Base):
                 opts=pulumi.ResourceOptions(
                     parent=part,
                     provider=self.cmd,
-                    depends_on=[drain, patch, agent],
+                    depends_on=after,
                     replace_with=[boot[1]],
                     # Two agent waits, two guest runs, the shutdown and slack (3120 s), and the hold before a
                     # restart: the default slot wait and drain (21600 + 600 s).

@@ -1,9 +1,9 @@
-"""The node steps' rolling changes: rollout slots, cordon and drain, MIG begin/end, and the retirement's entry point.
+"""The node steps' rolling changes: rollout slots, cordon and drain, and the retirement's entry point (the MIG phases
+are mig_manager.py's, on this module's slots).
 Runs on the machine (python3 3.10+, stdlib only) with kubeapi.py beside it, as the node itself (kubelet's
 kubeconfig: no admin credential reaches the machine; see kubeapi.py for what a node may do).
 
     cluster.py rollout joined|begin|resume|end|cleanup --node N --api HOST:PORT --kubeconfig FILE --namespace NS ...
-    cluster.py mig --phase begin|restart|end --mig-config NAME --timeout S --operator-namespace NS <rollout flags>
     cluster.py retire --node-name N --api-endpoint HOST:PORT --kubeconfig FILE --timeout S [...]
 
 A failure prints ``<step>: <what>: expected <x>, saw <y>`` (the tool's output below) and exits 1; ``rollout joined``
@@ -38,10 +38,6 @@ ANNOTATION = "proxmox-gpu-cluster.io/rollout"
 MANAGED = {"app.kubernetes.io/managed-by": "proxmox-gpu-cluster"}
 SLOT_PREFIX = "proxmox-gpu-cluster-rollout-"
 NOT_JOINED = 3
-STATE = "nvidia.com/mig.config.state"  # mig-manager's report: pending, rebooting, success or failed
-RESTARTED = "proxmox-gpu-cluster.io/mig-restart"  # mig-manager's state when the VM restarted for a MIG mode
-REPORTED = "reported"  # RESTARTED once mig-manager reported after the restart (no state of mig-manager's)
-SUCCESS_GRACE = 60  # how long an earlier label's success waits for mig-manager to begin a run for this one
 _TIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # MicroTime, as the API server writes it
 
 
@@ -224,117 +220,35 @@ class Rollout:
                 self.release(slot.name, err=True)
 
 
-def mig(rollout: Rollout, phase: str, wanted: str, timeout: int, namespace: str, *, mode_change: bool = False) -> None:
-    """MIG begin: drain through a slot when the node's nvidia.com/mig.config label holds another geometry, or the same
-    one while a GPU's MIG mode must change (``mode_change``). Restart (before the Proxmox-side VM restart): hold
-    the node (slot, cordon, drain), wait for mig-manager's report, record it as stale (RESTARTED). End: for a node
-    cordoned or restarted, wait (bounded) for the wanted geometry and mig-manager's success after the restart, then
-    uncordon."""
-    node = rollout.node_object()
-    labels = metadata(node, "labels")
-    if phase == "begin":
-        current = labels.get("nvidia.com/mig.config", "")
-        if current and (current != wanted or mode_change):
-            rollout.begin(f"MIG {current} -> {wanted}" if current != wanted else f"MIG mode for {wanted}")
-        else:
-            say(f"mig: {rollout.node}: {current or 'no geometry yet'} -> {wanted}: nothing to drain")
-        return
-    if phase == "restart":
-        return restarting(rollout, wanted, timeout)
-    stale = metadata(node).get(RESTARTED)
-    if not metadata(node).get(ANNOTATION) and stale is None:
-        say(f"mig: {rollout.node} was not cordoned for a MIG change; nothing to wait for")
-        return rollout.end()  # gives back a slot a killed end left held
-    # Cordoned by begin or by the restart step (a first provisioning too), or restarted by the latter (the wait
-    # tells mig-manager's report from after the restart).
-    rollout.resume()
-    what, waited = ("mig", STATE, f"success for {wanted} on {rollout.node}"), 0
-    while True:
-        have, state = labels.get("nvidia.com/mig.config") or "none", labels.get(STATE) or "none"
-        if stale not in (None, REPORTED) and state != stale:  # mig-manager reported after the VM restart
-            # Recorded, not forgotten: a run killed before the success still waits for it next time.
-            rollout.kube("annotate", "node", rollout.node, "--overwrite", f"{RESTARTED}={REPORTED}")
-            stale = REPORTED
-        fresh = stale in (None, REPORTED)
-        if fresh and (have, state) == (wanted, "success"):
-            break
-        if fresh and have == wanted and state == "failed":
-            raise Failure(*what, f"failed: see kubectl logs -n {namespace} -l app=nvidia-mig-manager --tail=100 (a "
-                          "GPU process still running, or a geometry the GPU refuses)")  # fmt: skip
-        if waited >= timeout:
-            since = ", its report from before the VM restart" if not fresh else ""
-            hint = f"label {have}, state {state}{since} (is mig-manager running in {namespace}?)"
-            raise Failure(*what[:2], f"{what[2]} within {timeout}s", hint)
-        rollout.sleep(rollout.poll)
-        waited += rollout.poll
-        labels = metadata(rollout.node_object(), "labels")
-    if stale is not None:
-        rollout.kube("annotate", "node", rollout.node, f"{RESTARTED}-")
-    say(f"mig: {rollout.node} runs {wanted} (mig-manager: success)")
-    rollout.end()
+def rollout_of(step: str, o: dict[str, str]) -> Rollout:
+    """The node's Rollout from the shell step's ``--flag value`` options (guest_rollout.sh, rollout_agent)."""
+    n = {k: int(o.get(k, v)) for k, v in DEFAULTS.items()}
+    return Rollout(Kube(step, o["kubeconfig"], o["api"]), o["node"], max_unavailable=n["max_unavailable"],
+                   lease_seconds=n["lease_seconds"], wait_seconds=n["wait_seconds"], poll=n["poll"],
+                   drain_timeout=n["drain_timeout"], emptydir=n["emptydir"], force=n["force"],
+                   namespace=o.get("namespace", NAMESPACE))  # fmt: skip
 
 
-def restarting(rollout: Rollout, wanted: str, timeout: int) -> None:
-    """Before the VM restart that applies a pending MIG mode (the guest found a GPU whose mode is not current):
-    hold the node for the change, whatever begin did (begin drains nothing on a first provisioning, nor when the
-    mode could not be read then: the operator's driver container down): a rollout slot (maxUnavailable counts
-    machines out, so one with no workload takes it too), the cordon, the drain (Evictions, bounded; a drained node's
-    is a listing). No slot or no drain in time fails the step before anything restarts; the node then keeps what
-    it holds (guest_rollout.sh cleanup) and the end step, after the restart, uncordons it and frees the slot.
-    Then wait (bounded) for mig-manager's report for the current label, and record it as stale (RESTARTED), so the end
-    step waits for its next one: mig-manager runs its reconfigure for the node's label at every start (its
-    informer's AddFunc, NVIDIA/mig-parted cmd/nvidia-mig-manager/main.go), so after the boot it reports again.
-
-    Its report for this label (pkg/mig/reconfigure/reconfigure.go, Run, at k8s-mig-manager v0.13.1 and v0.15.0):
-    "failed" (``assert --mode-only`` checks the CURRENT mode, pkg/mig/mode/nvml.go GetMigMode, so the geometry's
-    apply fails after it) or "rebooting" (WITH_REBOOT). "pending" is a run in progress; no state, a run not begun
-    (a first provisioning: the operator's pods start after the node's labels); "success" with a mode not current
-    is the report for an earlier label (except all-disabled, whose apply may pass with the mode only pending: that
-    success stays valid, as mig-manager finds nothing to change after the restart and reports no new state).
-    Waiting keeps a report that lands during the shutdown from being taken, after the boot, as the new one. With
-    no report in time it restarts anyway (the reset is what applies the mode) and records what it saw."""
-    rollout.begin(f"MIG mode for {wanted}: VM restart")  # a slot held already is renewed, never a second one
-    state, waited = metadata(rollout.node_object(), "labels").get(STATE, ""), 0
-    while state not in ("failed", "rebooting") and not (state == "success" and wanted == "all-disabled"):
-        # A run begun or to begin (no state yet) reports within the budget; an earlier label's success stays when
-        # no run comes (a mode change under an unchanged label: mig-manager acts on label changes only), so it gets
-        # a minute for mig-manager to begin.
-        limit = min(timeout, SUCCESS_GRACE) if state == "success" else timeout
-        if waited >= limit:
-            say(f"mig: {rollout.node}: no report from mig-manager for {wanted} within {limit}s (state "
-                f"{state or 'none'}); restarting: mig-manager runs for the label again at the VM's start")  # fmt: skip
-            break
-        rollout.sleep(rollout.poll)
-        waited += rollout.poll
-        state = metadata(rollout.node_object(), "labels").get(STATE, "")
-    if state == "success" and wanted == "all-disabled":
-        return say(f"mig: {rollout.node}: restarting for the MIG mode; mig-manager's success stays valid")
-    rollout.kube("annotate", "node", rollout.node, "--overwrite", f"{RESTARTED}={state or 'none'}")
-    say(f"mig: {rollout.node}: restarting for the MIG mode; mig-manager's state {state or 'none'} is from before it")
+def options(argv: Sequence[str]) -> dict[str, str]:
+    """``--flag value`` pairs as {flag: value} (``--max-unavailable`` as ``max_unavailable``)."""
+    pairs = iter(argv)
+    return {flag.lstrip("-").replace("-", "_"): value for flag, value in zip(pairs, pairs, strict=False)}
 
 
 def main(argv: Sequence[str]) -> int:
-    """``rollout ACTION``, ``mig`` or ``retire`` and ``--flag value`` pairs (the shell steps checked every value)."""
+    """``rollout ACTION`` or ``retire`` and ``--flag value`` pairs (the shell steps checked every value)."""
     command, action = (argv[:1] or [""])[0], (argv[1:2] or [""])[0]
-    pairs = iter(argv[2:] if command == "rollout" else argv[1:])
-    o = {flag.lstrip("-").replace("-", "_"): value for flag, value in zip(pairs, pairs, strict=False)}
+    o = options(argv[2:] if command == "rollout" else argv[1:])
     try:
         if command == "retire":
             retire(Kube("drain", o["kubeconfig"], o["api_endpoint"]), o["node_name"], int(o["timeout"]),
                    emptydir=o.get("delete_emptydir_data", "1") == "1", force=o.get("force") == "1",
                    reset=o.get("kubeadm_reset") == "1")  # fmt: skip
             return 0
-        if command not in ("rollout", "mig") or (command == "rollout" and action not in ACTIONS):
-            raise Failure("agent", "command", "rollout ACTION, mig or retire", " ".join(argv[:2]) or "none")
-        n = {k: int(o.get(k, v)) for k, v in DEFAULTS.items()}
-        rollout = Rollout(Kube(command, o["kubeconfig"], o["api"]), o["node"], max_unavailable=n["max_unavailable"],
-                          lease_seconds=n["lease_seconds"], wait_seconds=n["wait_seconds"], poll=n["poll"],
-                          drain_timeout=n["drain_timeout"], emptydir=n["emptydir"], force=n["force"],
-                          namespace=o.get("namespace", NAMESPACE))  # fmt: skip
-        if command == "mig":
-            mig(rollout, o["phase"], o["mig_config"], int(o["timeout"]), o["operator_namespace"],
-                mode_change=o.get("mode_change") == "1")  # fmt: skip
-        elif action == "joined":
+        if command != "rollout" or action not in ACTIONS:
+            raise Failure("agent", "command", "rollout ACTION or retire", " ".join(argv[:2]) or "none")
+        rollout = rollout_of(command, o)
+        if action == "joined":
             return 0 if rollout.node_object(required=False) else NOT_JOINED
         elif action == "begin":
             rollout.begin(o.get("why", "a change"))

@@ -27,6 +27,9 @@ from proxmox_gpu_cluster.proxmox.worker_retirement import WorkerRetirement, Work
 from proxmox_gpu_cluster.render.gpu_stack import GpuStack
 
 MIG_LABEL = "nvidia.com/mig.config"
+OPERATOR_MIG_CONFIG = "default-mig-parted-config"
+"""The operator's own mig-parted ConfigMap, mounted when the release names none (gpu-operator v26.7.0
+controllers/object_controls.go, MigPartedDefaultConfigMapName)."""
 
 
 def build_guests(
@@ -125,14 +128,18 @@ def build_mig_settles(
     drains: dict[str, MigDrain],
     *,
     labels: GpuNodeLabels | None,
+    release: pulumi.Resource | None,
     layer: ProxmoxLayer,
     secrets: Secrets,
     provider: command.Provider,
     opts: pulumi.ResourceOptions,
 ) -> dict[str, MigSettle]:
-    """Per drained worker, once its label changed: the VM restart (if a MIG mode is due; it runs on the worker's
-    Proxmox node, after the node agent there) and the wait for mig-manager; the steps keep the drain's name as
-    their prefix (see MigSettle)."""
+    """Per drained worker, once its label changed and the operator's release is in: the VM restart (if a MIG mode
+    is due; it runs on the worker's Proxmox node, after the node agent there) and the wait for mig-manager; the steps
+    keep the drain's name as their prefix (see MigSettle). The label goes first (on a first install the operator
+    would otherwise label the node all-disabled); a new custom geometry's ConfigMap reaches mig-manager only with
+    the release, so the steps wait for it and for a mig-manager that reads that ConfigMap."""
+    config_map = stack.mig.name if stack.mig.custom else OPERATOR_MIG_CONFIG
     out: dict[str, MigSettle] = {}
     for worker, geometry, bootstrap in _mig_workers(spec, stack, bootstraps):
         patch = labels.patches.get(worker.name) if labels is not None else None
@@ -143,12 +150,14 @@ def build_mig_settles(
             guest_user=worker.ssh_user,
         )
         after = [drains[worker.name], *([patch] if patch is not None else []), layer.host_agents[worker.node]]
+        after += [release] if release is not None else []
         out[worker.name] = MigSettle(
             f"{prefix}-{worker.name}-mig-settle",
             MigSettleArgs(
                 **_mig_step_args(spec, worker, geometry, bootstrap),
                 ssh_private_key=secrets.ssh_private_key,
                 vm=vm,
+                mig_config_map=config_map,
                 child_prefix=f"{prefix}-{worker.name}-mig",  # the drain's name
             ),
             pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(provider=provider, depends_on=after)),

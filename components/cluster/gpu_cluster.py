@@ -210,11 +210,6 @@ class GpuCluster(pulumi.ComponentResource):
                 on_k8s,
             )
             gpu_stack.append(labels)
-        # Restart (if due) and wait, once each node's label changed.
-        self.mig_settles = build_mig_settles(
-            name, spec, stack, self.bootstraps, self.mig_rollouts, labels=labels, layer=layer, secrets=secrets,
-            provider=self.providers.command, opts=child,
-        )  # fmt: skip
         self.retirements = build_retirements(
             name, spec, layer=layer, bootstraps=self.bootstraps, labels=labels, secrets=secrets,
             provider=self.providers.command, opts=child,
@@ -253,6 +248,12 @@ class GpuCluster(pulumi.ComponentResource):
                     ),
                     after(operator, *gates.values()),
                 )
+        # Restart (if due) and wait, once each node's label changed and the release (its mig-parted ConfigMap) is in.
+        self.mig_settles = build_mig_settles(
+            name, spec, stack, self.bootstraps, self.mig_rollouts, labels=labels,
+            release=self.operator.release if self.operator else None, layer=layer, secrets=secrets,
+            provider=self.providers.command, opts=child,
+        )  # fmt: skip
         if stack.uses_dra:
             # One creator per Namespace: with the operator's namespace, the DRA driver installs into it.
             shared = self.operator.namespace if self.operator and op.dra.namespace == op.namespace else None

@@ -25,6 +25,7 @@ AGENT_WAIT_SECONDS = 600
 """How long the restart step waits for the VM's QEMU guest agent after a start."""
 FORMER_TYPE = "proxmox-gpu-cluster:mig_rollout:MigRollout"
 """Until 2026-11 one two-phase component of this type (named as both of these) held all three steps."""
+ConfigMapName = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)]
 LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
 
 
@@ -76,6 +77,13 @@ class MigSettleArgs(MigStepArgs):
     vm: MigVm | None = Field(
         default=None, description="The worker's VM, for the restart step (a worker with MIG modes)."
     )
+    mig_config_map: ConfigMapName | None = Field(
+        default=None,
+        description="The mig-parted ConfigMap that names ``mig_config`` (``GpuOperator.mig_config``, or the "
+        "operator's ``default-mig-parted-config``): until the node's mig-manager reads it, the end step waits "
+        "through its ``failed`` (a new custom geometry reaches mig-manager only with the release, after the label). "
+        "None: every ``failed`` fails at once.",
+    )
     child_prefix: str | None = Field(
         default=None,
         description="The steps are named ``<child_prefix>-restart`` and ``<child_prefix>-end`` (default prefix: the "
@@ -84,10 +92,17 @@ class MigSettleArgs(MigStepArgs):
 
 
 def _mig_step(
-    name: str, phase: str, args: MigStepArgs, limit: int, *, parent: pulumi.Resource, opts: pulumi.ResourceOptions
+    name: str,
+    phase: str,
+    args: MigStepArgs,
+    limit: int,
+    *,
+    parent: pulumi.Resource,
+    opts: pulumi.ResourceOptions,
+    config_map: str | None = None,
 ) -> command.remote.Command:
     a = args
-    argv = mig_args(a.bootstrap, phase, a.mig_config, a.timeout_seconds, a.operator_namespace)
+    argv = mig_args(a.bootstrap, phase, a.mig_config, a.timeout_seconds, a.operator_namespace, config_map=config_map)
     return command.remote.Command(
         f"{name}-{phase}",
         command.remote.CommandArgs(
@@ -162,7 +177,8 @@ class MigSettle(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MigSettleArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         """``opts``: the command provider in ``opts.provider`` (both steps inherit it); ``opts.depends_on``: the
-        node's ``MigDrain`` and label patch, and with ``vm`` the node agent's copy on the VM's Proxmox node."""
+        node's ``MigDrain`` and label patch, the GPU Operator's release (a new custom geometry reaches mig-manager
+        with it), and with ``vm`` the node agent's copy on the VM's Proxmox node."""
         require_cli()  # before anything registers
         super().__init__("proxmox-gpu-cluster:mig_rollout:MigSettle", name, None, opts)
         prefix = args.child_prefix or name
@@ -205,7 +221,9 @@ class MigSettle(pulumi.ComponentResource):
             )
             previous = pulumi.ResourceOptions(depends_on=[self.restart], aliases=[former])
         # After the restart step; else after the drain and the label patch: end polls for the new label itself.
-        end = _mig_step(prefix, "end", args, args.timeout_seconds + 300, parent=self, opts=previous)
+        end = _mig_step(
+            prefix, "end", args, args.timeout_seconds + 300, parent=self, opts=previous, config_map=args.mig_config_map
+        )
         self.settled = end.stdout
         self.register_outputs({"settled": self.settled})
 

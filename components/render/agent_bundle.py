@@ -55,7 +55,7 @@ GUEST_STEPS: dict[str, tuple[str, ...]] = {
     "runtime": ("guest_lib.sh", "guest_runtime.sh"),
     "join": ("guest_lib.sh", "guest_rollout.sh", "guest_join.sh", *_CLUSTER, "agent/upgrade.py"),
     "verify": ("guest_lib.sh", "guest_rollout.sh", "guest_verify.sh", *_CLUSTER),
-    "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig_mode.sh", "guest_mig.sh", *_CLUSTER),
+    "mig": ("guest_lib.sh", "guest_rollout.sh", "guest_mig_mode.sh", "guest_mig.sh", *_CLUSTER, "agent/mig_manager.py"),
     "capacity": ("guest_lib.sh", "guest_capacity.sh", "agent/capacity.py"),
     "drain": ("guest_lib.sh", "guest_drain.sh", *_CLUSTER),
     "hold": ("guest_lib.sh", "guest_rollout.sh", "guest_hold.sh", *_CLUSTER),

@@ -28,10 +28,18 @@ def drain_args(node_name: str, api_endpoint: str, drain: DrainSpec, kubeadm_rese
 
 
 def mig_args(
-    b: GuestBootstrapSpec, phase: str, mig_config: str, timeout_seconds: int, operator_namespace: str
+    b: GuestBootstrapSpec,
+    phase: str,
+    mig_config: str,
+    timeout_seconds: int,
+    operator_namespace: str,
+    *,
+    config_map: str | None = None,
 ) -> list[str]:
-    """guest_mig.sh arguments for ``phase`` (begin or end) of a change to ``mig_config``."""
+    """guest_mig.sh arguments for ``phase`` (begin, restart or end) of a change to ``mig_config``; ``config_map``:
+    the mig-parted ConfigMap that names it (end: a failure of a mig-manager not reading it yet is waited through)."""
     args = ["--phase", phase, "--mig-config", mig_config, "--timeout", str(timeout_seconds)]
+    args += ["--mig-config-map", config_map] if config_map else []
     return [*args, "--operator-namespace", operator_namespace, *mig_mode_args(b), *rollout_args(b)]
 
 

@@ -25,8 +25,11 @@
 #            (bounded) until the label holds the wanted geometry and mig-manager reports
 #            nvidia.com/mig.config.state=success, then uncordon and give the slot back; "failed" fails, naming the
 #            node, the geometry and where to look; the node then stays cordoned and keeps its slot
-#            (guest_rollout.sh), and the message says how to free it.
-# The Kubernetes side is the node agent's cluster.py (mig); this script checks the arguments and the MIG mode.
+#            (guest_rollout.sh), and the message says how to free it. With --mig-config-map (the mig-parted
+#            ConfigMap that names the geometry), a "failed" from a mig-manager that does not read that ConfigMap
+#            yet, or from before its pod with it started, is waited through (agent/mig_manager.py): a new custom
+#            geometry reaches mig-manager only with the release, after the label.
+# The Kubernetes side is the node agent's mig_manager.py; this script checks the arguments and the MIG mode.
 # mig-manager itself only tears down GPU clients and may reboot the guest (WITH_REBOOT), which does not reset a
 # passed-through GPU. What it does, at the k8s-mig-manager tags the supported charts pin (gpu-operator v25.10.1:
 # v0.13.1, v26.7.0: v0.15.0; NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go, Run, the Go port of
@@ -38,16 +41,17 @@
 # UpdateFunc), so after the VM restart it reports again.
 #
 # Usage: guest_mig.sh --phase begin|restart|end --mig-config NAME --timeout SECONDS --operator-namespace NS
-#                     [--mig-mode INDEX=1|0 ...] --rollout 1 --rollout-node NAME --rollout-api HOST:PORT ...
+#                     [--mig-config-map CONFIGMAP] [--mig-mode INDEX=1|0 ...] --rollout 1 --rollout-node NAME --rollout-api HOST:PORT ...
 set -euo pipefail
 # shellcheck disable=SC2034 # read by die() in guest_lib.sh
 STEP="mig"
 
-phase="" wanted="" timeout="" namespace=""
+phase="" wanted="" timeout="" namespace="" config_map=""
 while (($#)); do
   case "$1" in
   --phase) phase="$2" ;;
   --mig-config) wanted="$2" ;;
+  --mig-config-map) config_map="$2" ;;
   --timeout) timeout="$2" ;;
   --operator-namespace) namespace="$2" ;;
   *) mig_mode_arg "$1" "$2" || rollout_arg "$1" "$2" || die "unknown argument $1" ;;
@@ -59,6 +63,8 @@ rollout_check_args
 [[ "$wanted" =~ ^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$ ]] || fail "--mig-config" "a label value" "'$wanted'"
 [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
 [[ "$namespace" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--operator-namespace" "a namespace" "'$namespace'"
+[[ -z "$config_map" || "$config_map" =~ ^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$ ]] ||
+  fail "--mig-config-map" "a ConfigMap name" "'$config_map'"
 ((ROLLOUT)) || fail "--rollout" "1 (a MIG change rolls through a slot)" "0"
 
 # mig_driver_wait: wait until an NVIDIA driver answers the MIG query; takes the time waited off --timeout (the
@@ -91,7 +97,10 @@ mig_driver_wait() {
 }
 
 mig_agent() {
-  rollout_agent mig --mig-config "$wanted" --timeout "$timeout" --operator-namespace "$namespace" "$@" || exit
+  local map=()
+  [[ -z "$config_map" ]] || map=(--mig-config-map "$config_map")
+  rollout_python "$PGC_AGENT_DIR/mig_manager.py" --mig-config "$wanted" --timeout "$timeout" \
+    --operator-namespace "$namespace" "${map[@]}" "$@" || exit
 }
 
 main() {

@@ -57,7 +57,14 @@ rollout_check_args() {
 
 # rollout_agent <cluster.py command and flags...>: run it with this node's rollout settings; its exit code.
 rollout_agent() {
-  python3 "$PGC_AGENT_DIR/cluster.py" "$@" --node "$ROLLOUT_NODE" --api "$ROLLOUT_API" \
+  rollout_python "$PGC_AGENT_DIR/cluster.py" "$@"
+}
+
+# rollout_python <agent module> <its flags...>: run it with this node's rollout settings; its exit code.
+rollout_python() {
+  local module="$1"
+  shift
+  python3 "$module" "$@" --node "$ROLLOUT_NODE" --api "$ROLLOUT_API" \
     --kubeconfig "$ROLLOUT_KUBECONFIG" --namespace "$ROLLOUT_NAMESPACE" --max-unavailable "$ROLLOUT_MAX" \
     --lease-seconds "$ROLLOUT_LEASE" --wait-seconds "$ROLLOUT_WAIT" --drain-timeout "$ROLLOUT_DRAIN_TIMEOUT" \
     --emptydir "$ROLLOUT_EMPTYDIR" --force "$ROLLOUT_FORCE" --poll "$ROLLOUT_POLL"

@@ -34,6 +34,7 @@ def load(name: str) -> ModuleType:
 cluster = load("cluster")
 kubeapi = sys.modules["kubeapi"]  # as cluster.py imported it from its directory
 capacity = load("capacity")
+mig_manager = load("mig_manager")
 
 
 def make_cluster(tmp_path: Path, nodes: list[str], **state: Any) -> FakeCluster:

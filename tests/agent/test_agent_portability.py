@@ -1,7 +1,8 @@
 """The node agent runs on the machine with its own python3: Ubuntu 22.04 has 3.10, Debian 12 has 3.11. Every
 components/agent/*.py must parse as Python 3.10, import only the standard library and, of this package, only the
-sibling modules its bundle ships beside it (SIBLINGS: cluster.py and upgrade.py import kubeapi.py, relatively
-inside the package, by name from its bundle directory on the machine), and use no library name added after 3.10."""
+sibling modules its bundle ships beside it (SIBLINGS: cluster.py and upgrade.py import kubeapi.py, mig_manager.py
+both, relatively inside the package, by name from its bundle directory on the machine), and use no library name
+added after 3.10."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ NEWER = {("datetime", "UTC"), ("typing", "Self"), ("typing", "LiteralString"), (
          ("asyncio", "timeout"), ("hashlib", "file_digest"), ("operator", "call")}  # fmt: skip
 """Names the standard library gained in 3.11 (What's New in Python 3.11) that a module could reach for."""
 NEWER_MODULES = {"tomllib", "wsgiref.types"}
-SIBLINGS = {"cluster.py": {"kubeapi"}, "upgrade.py": {"kubeapi"}}
+SIBLINGS = {"cluster.py": {"kubeapi"}, "upgrade.py": {"kubeapi"}, "mig_manager.py": {"cluster", "kubeapi"}}
 """Agent modules another one imports; agent_bundle ships them together (tests/components/test_agent_bundle.py)."""
 
 

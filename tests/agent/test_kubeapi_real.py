@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.agent.agent import capacity, cluster, concurrent_takes, kubeapi
+from tests.agent.agent import capacity, cluster, concurrent_takes, kubeapi, mig_manager
 from tests.kubeapi_real import RealCluster, real_cluster
 
 __all__ = ["real_cluster"]  # the fixture, imported for pytest
@@ -223,18 +223,18 @@ def test_mig_begin_drains_and_end_waits_for_mig_manager(real_cluster: RealCluste
     real_cluster.namespace(ns)
     real_cluster.pod(ns, "train-0", node)
     r = w.rollout("gpu-a")
-    cluster.mig(r, "begin", "all-2g.20gb", 30, "gpu-operator")
+    mig_manager.mig(r, "begin", "all-2g.20gb", 30, "gpu-operator")
     assert w.cordoned("gpu-a") and real_cluster.pods(ns) == [] and w.held() == {SLOT0: node}
     # mig-manager applies the new geometry (the label patch wrote it; mig-manager reports success)
     polls: list[int] = []
 
-    def mig_manager(seconds: int) -> None:
+    def reports(seconds: int) -> None:
         polls.append(seconds)
         real_cluster.run("label", "node", node, "--overwrite", "nvidia.com/mig.config=all-2g.20gb",
                          "nvidia.com/mig.config.state=success")  # fmt: skip
 
-    r.sleep = mig_manager
-    cluster.mig(r, "end", "all-2g.20gb", 30, "gpu-operator")
+    r.sleep = reports
+    mig_manager.mig(r, "end", "all-2g.20gb", 30, "gpu-operator")
     assert polls and not w.cordoned("gpu-a") and w.held() == {} and ANNOTATION not in w.annotations("gpu-a")
 
 

@@ -39,13 +39,20 @@ def test_each_mig_worker_drains_before_its_label_changes() -> None:
         assert f"--phase begin --mig-config {geometry} " in begin.plain_inputs["create"]
         assert f"--phase end --mig-config {geometry} " in end.plain_inputs["create"]
         assert rec.depends_on(patch, begin) and rec.depends_on(end, begin) and not rec.depends_on(begin, patch)
+        # The label first (the operator labels an unlabelled node all-disabled), then the release, which brings a
+        # new geometry's ConfigMap to mig-manager, then the wait; the end step names that ConfigMap.
+        release = rec.named("cluster-gpu-operator-release")
+        assert rec.depends_on(release, patch) and rec.depends_on(end, release) and not rec.depends_on(begin, release)
+        config_map = rec.named("cluster-gpu-operator-mig-config").plain_inputs["metadata"]["name"]
+        assert f" --mig-config-map {config_map} " in end.plain_inputs["create"]
+        assert "--mig-config-map" not in begin.plain_inputs["create"]
         assert rec.depends_on(begin, rec.named(f"cluster-{worker}-bootstrap-verify"))
         for step in (begin, end):
             assert "stdin" not in step.inputs and "CANARY-KUBECONFIG" not in json.dumps(step.plain_inputs)
             assert rec.depends_on(step, rec.named("cluster-node-access-role-binding"))
 
 
-def test_a_geometry_change_reruns_only_that_workers_mig_steps() -> None:
+def test_a_geometry_change_reruns_that_workers_mig_steps_and_the_others_end_steps_for_the_new_config_map() -> None:
     before = plan_stack(base_spec())
     raw = base_spec()
     raw["workers"][1]["gpus"][0]["mig"] = {"7g.40gb": 1}
@@ -57,6 +64,16 @@ def test_a_geometry_change_reruns_only_that_workers_mig_steps() -> None:
     worker = raw["workers"][1]["name"]
     assert {f"cluster-{worker}-mig-begin", f"cluster-{worker}-mig-end"} <= changed
     assert not any("-bootstrap-" in n or "-vm" in n for n in changed)
+    # The other MIG worker's end step runs again (a no-op on a node no change cordoned): only the name of the
+    # custom ConfigMap, now with the new geometry, changed in its command.
+    others = {n for n in changed if not n.startswith(f"cluster-{worker}-")}
+    assert others == {"cluster-mig-1-mig-end"}
+    old, new = (r.named("cluster-mig-1-mig-end").plain_inputs["create"].split() for r in (before, after))
+    assert (
+        [(a, b) for a, b in zip(old, new, strict=True) if a != b]
+        == [(a, b) for a, b in zip(old, new, strict=True) if a.startswith("mig-parted-config-")]
+        != []
+    )
 
 
 def test_no_mig_rollout_for_nodes_joined_elsewhere() -> None:

@@ -2,8 +2,9 @@
 boot files. Two workers never wait for each other, so one failing or replaced mapping, VM or bootstrap holds up
 only its own worker.
 
-The capacity gates are the one deliberate exception: each waits for the operator release, which waits for every
-node's labels (labels before the operator, see GpuNodeLabels), so they are left out here.
+The deliberate exceptions wait for the operator release, which waits for every node's labels (labels before the
+operator, see GpuNodeLabels), so they are left out here: the capacity gates, and the MIG settle steps (the VM restart
+and the end step), as a new custom geometry's ConfigMap reaches mig-manager only with the release.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import pytest
 from proxmox_gpu_cluster.testing import RecordedResource, Recording
 from tests.support import base_spec, plan_stack, prod_spec
 
-GATES = ("proxmox-gpu-cluster:capacity_gate:NodeCapacityGates", "proxmox-gpu-cluster:capacity_gate:NodeCapacityGate")
+GATES = (
+    "proxmox-gpu-cluster:capacity_gate:NodeCapacityGates",
+    "proxmox-gpu-cluster:capacity_gate:NodeCapacityGate",
+    "proxmox-gpu-cluster:mig_rollout:MigSettle",
+)
 
 
 def owned(rec: Recording, raw: dict[str, Any]) -> dict[str, list[RecordedResource]]:
@@ -60,3 +65,21 @@ def test_a_vm_waits_for_its_own_mappings_only() -> None:
         mappings = {by_urn[d].name for d in vm.dependencies if by_urn[d].type.endswith("mapping/pci:Pci")}
         claimed = {h["mapping"] for h in vm.plain_inputs["hostpcis"]}
         assert len(mappings) == len(claimed) >= 1, (vm.name, mappings, claimed)
+
+
+def test_the_mig_settle_steps_wait_for_other_workers_only_through_the_release() -> None:
+    raw = base_spec()
+    rec = plan_stack(raw)
+    by_urn = {r.urn: r for r in rec.resources}
+    workers = [w["name"] for w in raw["workers"]]
+    settles = rec.of_type("proxmox-gpu-cluster:mig_rollout:MigSettle")
+    assert len(settles) == 2
+    for settle in settles:
+        worker = settle.name.removeprefix("cluster-").removesuffix("-mig-settle")
+        steps = [r for r in rec.resources if r.parent == settle.urn]
+        assert sorted(s.name.rsplit("-", 1)[-1] for s in steps) == ["end", "restart"]
+        for step in steps:
+            direct = {by_urn[d].name for d in step.dependencies if d in by_urn}
+            assert "cluster-gpu-operator-release" in direct or any(n.endswith("-mig-restart") for n in direct)
+            others = {n for n in direct for w in workers if w != worker and f"-{w}-" in f"{n}-"}
+            assert not others, f"{step.name} waits for {others}"

@@ -16,6 +16,7 @@ import pytest
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.core.spec import DrainSpec
 from proxmox_gpu_cluster.render.guest_scripts import drain_args, driver_args, mig_args, verify_args
+from tests.agent.test_mig_manager import mig_manager_pod
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakeroot import Result
 from tests.kubeapi_real import RealCluster, real_cluster
@@ -161,6 +162,53 @@ def test_a_mig_geometry_change_drains_first_and_uncordons_after_success(
     assert f"mig: {node} runs all-3g.20gb (mig-manager: success)" in end.stdout
     assert not cordoned(rc, node) and held(rc, slots) == {}
     as_the_node(guest, begin, end)
+
+
+def test_the_mig_end_step_waits_through_a_failure_of_a_mig_manager_without_the_geometrys_config_map(
+    real_cluster: RealCluster, tmp_path: Path
+) -> None:
+    """A new custom geometry on day 2: the label lands first, the old mig-manager (its ConfigMap lacks the geometry)
+    reports failed; the release then brings a pod with the new ConfigMap, which succeeds. The step, from its bundle,
+    waits through the first report instead of failing on it."""
+    rc = real_cluster
+    node, _, slots = world(rc)
+    operator = rc.unique("gpu-operator")
+    rc.namespace(operator)
+    rc.run("label", "node", node, "nvidia.com/mig.config=all-1g.5gb", "nvidia.com/mig.config.state=success")
+    guest = guest_of(rc, tmp_path / "g", node)
+    b = GuestBootstrapSpec.model_validate(
+        {
+            "nodeName": node, "gpus": [{"vendorDevice": "10de:20f1", "product": "NVIDIA-A100-PCIE-40GB"}],
+            "driverMode": "host", "driverBranch": "580", "kernelModules": "open", "toolkit": True,
+            "apiEndpoint": rc.server, "kubernetesMinor": 34,
+            "rollout": {"drainTimeoutSeconds": 30, "namespace": slots},
+        }
+    )  # fmt: skip
+    wanted, old_map, new_map = "custom-0badc0de", "mig-parted-config-00000001", "mig-parted-config-00000002"
+    assert guest.run_bundle("mig", *mig_args(b, "begin", wanted, 60, operator)).returncode == 0
+    rc.apply(mig_manager_pod(operator, "mig-manager-old", node, old_map))
+    rc.run("label", "node", node, "--overwrite", f"nvidia.com/mig.config={wanted}")  # the label patch
+    rc.run("label", "node", node, "--overwrite", "nvidia.com/mig.config.state=failed")  # the old pod's run
+
+    def release() -> None:  # the DaemonSet's new pod, then its run: pending, success
+        time.sleep(1.0)
+        rc.run("delete", "pod", "-n", operator, "mig-manager-old")
+        rc.apply(mig_manager_pod(operator, "mig-manager-new", node, new_map))
+        time.sleep(1.1)
+        rc.run("label", "node", node, "--overwrite", "nvidia.com/mig.config.state=pending")
+        rc.run("label", "node", node, "--overwrite", "nvidia.com/mig.config.state=success")
+
+    guest.stub_script("sleep", "/bin/sleep 0.2")
+    thread = threading.Thread(target=release)
+    thread.start()
+    end = guest.run_bundle("mig", *mig_args(b, "end", wanted, 60, operator, config_map=new_map))
+    thread.join()
+    assert end.returncode == 0, end.stderr
+    assert f"mig: {node}: mig-manager's failed is not for {wanted} yet: mig-manager on {node} reads ConfigMap " \
+        f"{old_map}, not {new_map} yet; waiting" in end.stdout  # fmt: skip
+    assert f"mig: {node} runs {wanted} (mig-manager: success)" in end.stdout
+    assert not cordoned(rc, node) and held(rc, slots) == {}
+    as_the_node(guest, end)
 
 
 def test_the_retirement_drain_deletes_its_own_node(real_cluster: RealCluster, tmp_path: Path) -> None:
