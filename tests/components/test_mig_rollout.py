@@ -9,13 +9,15 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 import pytest
+import yaml
 
+from proxmox_gpu_cluster.cluster.builders import OPERATOR_MIG_CONFIG
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, RolloutSpec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.guest.mig_rollout import MigDrain, MigDrainArgs, MigSettle, MigSettleArgs
 from proxmox_gpu_cluster.testing import redact, run
 from tests.stacks.test_urns import old_urns, recorded
-from tests.support import ROOT, base_spec, plan_stack
+from tests.support import ROOT, base_spec, plan_stack, shared_reference
 
 DRAIN = "proxmox-gpu-cluster:mig_rollout:MigDrain"
 SETTLE = "proxmox-gpu-cluster:mig_rollout:MigSettle"
@@ -146,3 +148,22 @@ def test_the_pin_check_would_catch_a_step_without_its_alias() -> None:
     assert old_end in old_urns(recording, "dev", "proxmox-gpu-cluster")
     recording.named("cluster-gpu-a100-1-mig-end").aliases = []  # as if the step had moved without one
     assert old_end not in old_urns(recording, "dev", "proxmox-gpu-cluster")
+
+
+@pytest.mark.parametrize("tag", ["v25.10.1", "v26.7.0"])
+def test_the_operators_own_mig_config_map_is_the_one_its_chart_ships(tag: str) -> None:
+    # Without a custom ConfigMap the operator mounts its own into mig-manager (GetConfigMapName's default,
+    # MigPartedDefaultConfigMapName): the end step waits for that name.
+    shipped = yaml.safe_load(shared_reference(tag, "default-mig-parted-config.yaml").read_text())
+    assert shipped["metadata"]["name"] == OPERATOR_MIG_CONFIG
+    raw = base_spec()
+    for worker in raw["workers"]:
+        for gpu in worker["gpus"]:
+            if isinstance(gpu, dict) and "mig" in gpu:
+                gpu["mig"] = "all-1g.5gb"
+    rec = plan_stack(raw)
+    assert not rec.of_type("kubernetes:core/v1:ConfigMap") or all(
+        not r.name.endswith("-mig-config") for r in rec.of_type("kubernetes:core/v1:ConfigMap")
+    )
+    ends = [r for r in rec.resources if r.name.endswith("-mig-end")]
+    assert ends and all(f" --mig-config-map {OPERATOR_MIG_CONFIG} " in e.plain_inputs["create"] for e in ends)
