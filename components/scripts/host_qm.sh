@@ -48,3 +48,28 @@ qm_guest_step() {
   # shellcheck disable=SC2034 # read by the step that called it
   QM_CODE="$(qm_json_field "$result" exitcode)"
 }
+
+# qm_guest_arg <flag> <default> <guest args...>: the value the guest step's arguments give <flag>, else <default>.
+qm_guest_arg() {
+  local flag="$1" value="$2" i
+  shift 2
+  local args=("$@")
+  for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+    [[ "${args[i]}" != "$flag" ]] || value="${args[i + 1]}"
+  done
+  printf '%s\n' "$value"
+}
+
+# qm_hold_seconds <guest args...>: QM_HOLD_SECONDS, how long the guest's hold of its node may take: a rollout slot,
+# waited for up to --rollout-wait-seconds, and the drain, up to --rollout-drain-timeout (given only when not at their
+# defaults, guest_rollout.sh's). A variable, not output: a check failing inside a command substitution would be
+# named twice.
+qm_hold_seconds() {
+  local slot_wait drain_timeout
+  slot_wait="$(qm_guest_arg --rollout-wait-seconds 21600 "$@")"
+  drain_timeout="$(qm_guest_arg --rollout-drain-timeout 600 "$@")"
+  [[ "$slot_wait" =~ ^[0-9]{1,6}$ && "$drain_timeout" =~ ^[0-9]{1,6}$ ]] ||
+    fail "guest arguments" "--rollout-wait-seconds and --rollout-drain-timeout SECONDS" "'$slot_wait' '$drain_timeout'"
+  # shellcheck disable=SC2034 # read by the step that called it
+  QM_HOLD_SECONDS=$((slot_wait + drain_timeout))
+}

@@ -71,20 +71,12 @@ main() {
   trap 'rm -f "$QM_ERR_FILE"' EXIT
   # How long one run of the guest's step may take: its own --timeout bounds its waits (for the operator's driver
   # container and mig-manager's report), the agent's wait bounds the rest; before a restart it also holds the node
-  # (a rollout slot, waited for up to --rollout-wait-seconds, and the drain, up to --rollout-drain-timeout; given
-  # only when not at their defaults, guest_rollout.sh's); 60 s for the rest of it.
-  local i guest_timeout=0 slot_wait=21600 drain_timeout=600
-  for ((i = 0; i + 1 < ${#guest_args[@]}; i++)); do
-    case "${guest_args[i]}" in
-    --timeout) guest_timeout="${guest_args[i + 1]}" ;;
-    --rollout-wait-seconds) slot_wait="${guest_args[i + 1]}" ;;
-    --rollout-drain-timeout) drain_timeout="${guest_args[i + 1]}" ;;
-    esac
-  done
+  # (qm_hold_seconds); 60 s for the rest of it.
+  local guest_timeout
+  guest_timeout="$(qm_guest_arg --timeout 0 "${guest_args[@]}")"
   [[ "$guest_timeout" =~ ^[0-9]{1,5}$ ]] || fail "guest arguments" "--timeout SECONDS" "'$guest_timeout'"
-  [[ "$slot_wait" =~ ^[0-9]{1,6}$ && "$drain_timeout" =~ ^[0-9]{1,6}$ ]] ||
-    fail "guest arguments" "--rollout-wait-seconds and --rollout-drain-timeout SECONDS" "'$slot_wait' '$drain_timeout'"
-  run_for=$(((guest_timeout > timeout ? guest_timeout : timeout) + slot_wait + drain_timeout + 60))
+  qm_hold_seconds "${guest_args[@]}"
+  run_for=$(((guest_timeout > timeout ? guest_timeout : timeout) + QM_HOLD_SECONDS + 60))
   host_lock "mig-restart VM $vmid" # not while host prep or a large-BAR step changes this node or VM
   local marker="$STATE/mig-restart-$vmid" was="" status key
   # The marker counts for this change only (a marker a killed run left for another MIG mode means nothing now).

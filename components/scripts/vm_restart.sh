@@ -56,18 +56,10 @@ main() {
   [[ "$(id -u)" == 0 ]] || fail "user" "root (qm is root-only)" "$(id -un)"
   QM_ERR_FILE="$(mktemp)"
   trap 'rm -f "$QM_ERR_FILE"' EXIT
-  # One run of the hold step: a slot, waited for up to --rollout-wait-seconds, and the drain, up to
-  # --rollout-drain-timeout (given only when not at their defaults, guest_rollout.sh's), and 60 s for the rest.
-  local i slot_wait=21600 drain_timeout=600 run_for
-  for ((i = 0; i + 1 < ${#guest_args[@]}; i++)); do
-    case "${guest_args[i]}" in
-    --rollout-wait-seconds) slot_wait="${guest_args[i + 1]}" ;;
-    --rollout-drain-timeout) drain_timeout="${guest_args[i + 1]}" ;;
-    esac
-  done
-  [[ "$slot_wait" =~ ^[0-9]{1,6}$ && "$drain_timeout" =~ ^[0-9]{1,6}$ ]] ||
-    fail "guest arguments" "--rollout-wait-seconds and --rollout-drain-timeout SECONDS" "'$slot_wait' '$drain_timeout'"
-  run_for=$((slot_wait + drain_timeout + 60))
+  # One run of the hold step: the slot and the drain (qm_hold_seconds), and 60 s for the rest.
+  local run_for
+  qm_hold_seconds "${guest_args[@]}"
+  run_for=$((QM_HOLD_SECONDS + 60))
   host_lock "vm-restart VM $vmid" # not while host prep, a large-BAR or MIG restart step changes this node or VM
   local marker="$STATE/vm-restart-$vmid" was="" status keys
   [[ ! -f "$marker" ]] || was="$(cat "$marker")"

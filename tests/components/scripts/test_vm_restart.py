@@ -14,7 +14,7 @@ import pytest
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.render.agent_bundle import installed_step
 from proxmox_gpu_cluster.render.guest_scripts import hold_args, verify_args
-from proxmox_gpu_cluster.render.host_scripts import vm_restart_args
+from proxmox_gpu_cluster.render.host_scripts import mig_restart_args, vm_restart_args
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import SLOT_NAMESPACE, FakeCluster, Pod, kubelet_conf
 from tests.components.scripts.fakemig import install_vm, restarts, shutdowns
@@ -137,3 +137,23 @@ def test_a_kill_at_any_command_is_finished_by_the_next_run_with_one_restart(tmp_
         assert verify.returncode == 0, (n, calls[n - 1], verify.stderr)
         assert cluster.state()["cordoned"] == [] and held(cluster) == {}, (n, calls[n - 1])
         shutil.rmtree(tmp_path / f"kill-{n}")
+
+
+@pytest.mark.parametrize("step", ["vm-restart", "mig-restart"])
+def test_a_malformed_rollout_wait_in_the_guests_arguments_fails_before_any_qm_command(
+    tmp_path: Path, step: str
+) -> None:
+    # Both host steps size their guest run from the guest's rollout arguments (host_qm.sh, qm_hold_seconds).
+    host, _, _ = vm(tmp_path)
+    guest_args = [*hold_args(spec(16)), "--rollout-wait-seconds", "soon"]
+    if step == "vm-restart":
+        args = vm_restart_args(VMID, NODE, 30, hardware=HARDWARE, guest_step=installed_step("ubuntu", "hold"),
+                               guest_args=guest_args)  # fmt: skip
+    else:
+        args = mig_restart_args(VMID, NODE, 30, installed_step("ubuntu", "mig"), ["--timeout", "60", *guest_args])
+    r = host.run_bundle(step, *args)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"{step}: guest arguments: expected --rollout-wait-seconds and --rollout-drain-timeout SECONDS, saw 'soon' '60'"
+    )
+    assert not [c for c in r.calls if c.startswith("qm ")]
