@@ -48,6 +48,8 @@ class FieldClass:
     """Whether ``pulumi up`` carries it out today (else it stays pending or fails: see ``procedure``)."""
     refused_when: str = ""
     """A condition under which a change of an otherwise supported field is refused (``diskGiB``: a smaller one)."""
+    still_when_unset: bool = False
+    """A change to no value leaves the machines as they are: nothing drains (``driverVersion``: the branch pin)."""
 
     @property
     def drains(self) -> bool:
@@ -55,8 +57,10 @@ class FieldClass:
         return self.change == "rolled" or (self.change == "vm-restart" and self.supported)
 
 
-def _c(change: ChangeClass, what: str, procedure: str = "", *, supported: bool = True, when: str = "") -> FieldClass:
-    return FieldClass(change, what, procedure, supported, when)
+def _c(
+    change: ChangeClass, what: str, procedure: str = "", *, supported: bool = True, when: str = "", still: bool = False
+) -> FieldClass:
+    return FieldClass(change, what, procedure, supported, when, still)
 
 
 _LABELS = "node labels and device-plugin configuration change; operator daemonsets may restart; nodes stay in service"
@@ -186,7 +190,10 @@ CHANGE_CLASSES: Mapping[str, FieldClass] = {
     "GpuOperatorSpec.driverMode": _c("rolled", _ROLL + " (to operator: the host driver and toolkit are removed)"),
     "GpuOperatorSpec.driverBranch": _c("rolled", _ROLL + " (host mode; the operator rolls it in operator mode)"),
     "GpuOperatorSpec.driverVersion": _c(
-        "rolled", _ROLL + " (up or down; host mode; the operator rolls it in operator mode)"
+        "rolled",
+        _ROLL + " (up or down; host mode; the operator rolls it in operator mode); unpinned, the branch pin keeps the "
+        "installed build: nothing drains",
+        still=True,
     ),
     "GpuOperatorSpec.driverUpgrade": _c("in-place", _OPERATOR_ROLL),
     "GpuOperatorSpec.kernelModuleType": _c("rolled", _ROLL + " (the other kind's packages go; one reboot)"),

@@ -52,6 +52,13 @@ class FieldChange:
         """The field's class (an item removed from a list: the class of its removal)."""
         return field_class(self.field, removed=self.new is None and self.old is not None)
 
+    @property
+    def drains(self) -> bool:
+        """Whether the steps drain joined nodes for it: its class's answer, but for a value unset where the class
+        says that leaves the machines as they are."""
+        klass = self.klass
+        return klass is not None and klass.drains and not (klass.still_when_unset and self.new is None)
+
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
     """The spec model a field's value is (or holds a list or optional of), None for a plain value."""
@@ -203,8 +210,7 @@ def rolled_machines(before: Mapping[str, Any], after: Mapping[str, Any]) -> set[
                 hosts.setdefault(str(w.get("node")), set()).add(str(w.get("name")))
     out: set[str] = set()
     for change in field_changes(before, after):
-        klass = change.klass
-        if klass is None or not klass.drains:
+        if not change.drains:
             continue
         out |= {ALL} if not change.owner else {change.owner, *hosts.get(change.owner, set())}
     return out

@@ -142,3 +142,14 @@ def test_a_lower_driver_or_toolkit_pin_is_carried_out_like_a_higher_one() -> Non
     [change] = field_changes(*toolkit)
     assert not change.refused and change.klass is not None and change.klass.change == "in-place"
     assert refused_rows(*toolkit) == {} and rolled_machines(*toolkit) == set()
+
+
+def test_unpinning_the_driver_drains_nothing_but_pinning_it_does() -> None:
+    # Unpinned, the branch pin keeps the installed build (the driver step changes nothing: the change matrix in the
+    # fake world found the diff announcing drains there that never happened).
+    pin = lambda s: s["gpuOperator"].update(driverVersion="580.95.05")  # noqa: E731
+    unpin = lambda s: s["gpuOperator"].pop("driverVersion", None)  # noqa: E731
+    before, after = documents(unpin, base=pin)
+    assert [c.field for c in field_changes(before, after)] == ["GpuOperatorSpec.driverVersion"]
+    assert rolled_machines(before, after) == set()
+    assert rolled_machines(*documents(pin, base=unpin)) == {ALL}
