@@ -18,6 +18,7 @@ from proxmox_gpu_cluster.render.agent_bundle import installed_step, secrets_stdi
 from proxmox_gpu_cluster.render.guest_scripts import (
     CA_CERT_HASH_VAR,
     JOIN_TOKEN_VAR,
+    after_key,
     driver_args,
     hold_args,
     join_args,
@@ -203,7 +204,11 @@ class GuestBootstrap(pulumi.ComponentResource):
                 lambda values: secrets_stdin({JOIN_TOKEN_VAR: values[0], CA_CERT_HASH_VAR: values[1]})
             )
             last = step("join", join_args(bootstrap), last, pulumi.Output.secret(stdin), secret=True)
-        verify = step("verify", verify_args(bootstrap), last, None)
+        # Verify uncordons what the driver, join and VM-restart steps cordoned: it runs again whenever they do.
+        cordoning = [step_command(user, "driver", driver_args(bootstrap))]
+        cordoning += [step_command(user, "join", join_args(bootstrap))] if kubeadm else []
+        cordoning += [args.vm_restart.hardware] if args.vm_restart is not None else []
+        verify = step("verify", verify_args(bootstrap, after=after_key(*cordoning)), last, None)
         self.node_name = pulumi.Output.from_input(bootstrap.node_name)
         self.host = pulumi.Output.from_input(host)
         self.rebooted = driver.stdout.apply(lambda out: REBOOT_SCHEDULED in (out or ""))

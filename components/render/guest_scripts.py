@@ -8,6 +8,7 @@ the step's stdin only (``agent_bundle.secrets_stdin``), under the variable names
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
@@ -119,8 +120,9 @@ def join_args(b: GuestBootstrapSpec) -> list[str]:
     return args + rollout_args(b)
 
 
-def verify_args(b: GuestBootstrapSpec) -> list[str]:
-    """guest_verify.sh arguments: every GPU expected, and what the host driver and toolkit must show."""
+def verify_args(b: GuestBootstrapSpec, *, after: str | None = None) -> list[str]:
+    """guest_verify.sh arguments: every GPU expected, and what the host driver and toolkit must show; ``after``:
+    the key of the steps before it that may cordon the node (``after_key``), so it runs again after each of them."""
     args: list[str] = []
     for gpu in b.gpus:
         args += ["--gpu", f"{gpu.vendor_device}={gpu.product}"]
@@ -144,7 +146,17 @@ def verify_args(b: GuestBootstrapSpec) -> list[str]:
         args += ["--memory-mib", str(b.memory_mib)]
     if b.join_method == "kubeadm":  # the minor the join step installed or upgraded to (and a new one reruns verify)
         args += ["--kubernetes", str(b.kubernetes_minor)]
+    if after is not None:
+        args += ["--after", after]
     return args + rollout_args(b)
+
+
+def after_key(*commands: str) -> str:
+    """The verify step's ``--after``: 16 hex digits of the commands (or keys) of the steps before it that may cordon
+    the node. A step that cordons leaves the uncordon to verify, which Pulumi runs again only when its own command
+    changes: a kernel-module kind or a network change reruns the driver or the VM restart and nothing in verify's
+    checks (found running the change matrix in the fake world)."""
+    return hashlib.sha256("\0".join(commands).encode()).hexdigest()[:16]
 
 
 def _flag(value: bool) -> str:

@@ -12,9 +12,11 @@
 # Usage: guest_verify.sh --gpu VENDOR:DEVICE=PRODUCT [--gpu ...] [--nvidia-smi 0|1] [--driver VERSION|BRANCH]
 #                        [--containerd-nvidia 0|1] [--vfio 0|1] [--kvm 0|1] [--kernel-arg ARG ...]
 #                        [--kernel-below MAJOR.MINOR] [--kubernetes MINOR] [--cpus N] [--memory-mib MIB]
-#                        [--rollout 1 --rollout-node NAME --rollout-api HOST:PORT ...] (guest_rollout.sh)
+#                        [--after KEY] [--rollout 1 --rollout-node NAME --rollout-api HOST:PORT ...] (guest_rollout.sh)
 # A node the driver step cordoned for a rolling change (guest_rollout.sh) is uncordoned once it passed and its slot
 # given back; when it fails, the slot is given back and the node stays cordoned.
+# --after: a key of the commands of the steps before it that may cordon the node (driver, join, VM restart), so that
+# this step runs again whenever one of them does, and uncordons what it cordoned (only that: it is not read).
 # --kubernetes: the kubelet package of that minor is installed (after the join step's install or upgrade).
 # --cpus, --memory-mib: the VM runs on what its spec asks (after a VM restart applied pending hardware): that many
 # processors, and a MemTotal between 70% and 100% of the RAM (the kernel and firmware keep some; a crash kernel's
@@ -39,6 +41,7 @@ while (($#)); do
   --cpus) cpus="$2" ;;
   --memory-mib) memory_mib="$2" ;;
   --containerd-nvidia) containerd_nvidia="$2" ;;
+  --after) [[ "$2" =~ ^[0-9a-f]{16}$ ]] || fail "--after" "a 16-digit hex key" "'${2:0:40}'" ;;
   *) rollout_arg "$1" "$2" || die "unknown argument $1" ;;
   esac
   shift 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import shlex
 import subprocess
 import sys
 from typing import Any
@@ -20,7 +21,7 @@ from proxmox_gpu_cluster.core.spec import load_spec
 from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
 from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
-from proxmox_gpu_cluster.render.guest_scripts import driver_args, rollout_args, verify_args
+from proxmox_gpu_cluster.render.guest_scripts import after_key, driver_args, rollout_args, verify_args
 from proxmox_gpu_cluster.testing import RecordedResource, Recording, is_secret, redact, run
 from tests.support import ROOT, SECRETS, base_spec, make_vm_worker, plain_strings, plan_stack
 
@@ -204,12 +205,36 @@ def test_operator_driver_mode_leaves_driver_and_toolkit_to_the_operator() -> Non
 
 
 def test_verify_expects_every_assigned_gpu() -> None:
-    chain = steps(plan_stack(base_spec()), "ts-1")
+    rec = plan_stack(base_spec())
+    chain = steps(rec, "ts-1")
+    hardware = shlex.split(rec.named("cluster-ts-1-bootstrap-vm-restart").plain_inputs["create"])
+    key = after_key(
+        chain["driver"].plain_inputs["create"],
+        chain["join"].plain_inputs["create"],
+        hardware[hardware.index("--hardware") + 1],
+    )
     assert chain["verify"].plain_inputs["create"] == (
         f"{run_bundle('verify')} --gpu 10de:2236=NVIDIA-A10 --gpu 10de:2236=NVIDIA-A10 --nvidia-smi 1 --driver 580 "
-        "--containerd-nvidia 1 --cpus 8 --memory-mib 32768 --kubernetes 34 --rollout 1 --rollout-node ts-1 "
-        "--rollout-api k8s.example.test:6443"
+        f"--containerd-nvidia 1 --cpus 8 --memory-mib 32768 --kubernetes 34 --after {key} --rollout 1 "
+        "--rollout-node ts-1 --rollout-api k8s.example.test:6443"
     )  # the rollout settings are all at their defaults, which the script has too
+
+
+@pytest.mark.parametrize(
+    ("what", "edit"),
+    [
+        ("kernel-module kind", lambda raw: raw["gpuOperator"].update(kernelModuleType="proprietary")),
+        ("network bridge", lambda raw: raw["workers"][2].setdefault("network", {}).update(bridge="vmbr9")),
+    ],
+)
+def test_verify_runs_again_whenever_a_step_that_may_cordon_the_node_does(what: str, edit: Any) -> None:
+    # Neither changes what verify checks; both rerun a step that may cordon the node (the driver step, the VM
+    # restart), whose uncordon is verify's.
+    before = steps(plan_stack(base_spec()), "ts-1")
+    raw = base_spec()
+    edit(raw)
+    after = steps(plan_stack(raw), "ts-1")
+    assert before["verify"].plain_inputs["create"] != after["verify"].plain_inputs["create"], what
 
 
 @pytest.mark.parametrize(
