@@ -41,10 +41,19 @@ fi
 if ls "$S"/* >/dev/null 2>&1; then
   echo "E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem." >&2; exit 100
 fi
-todo=""
+todo=""; gone=""
 for a in $pkgs; do
   p="${a%%=*}"; v="${a#*=}"; f="$R/var/lib/fake-archive/$p"
   if [ "$cmd" = purge ]; then todo="$todo $p"; continue; fi
+  case "$a" in *=*) ;; *-)
+    # "<package>-" on install's line removes it (apt-get(8)); one not installed is left as it is.
+    p="${a%-}"
+    [ -f "$D/$p" ] || { echo "Package '$p' is not installed, so not removed"; continue; }
+    if [ -z "$change_held" ] && grep -qxF "$p" "$R/var/lib/fake-holds" 2>/dev/null; then
+      echo "E: Held packages were changed and -y was used without --allow-change-held-packages." >&2; exit 100
+    fi
+    gone="$gone $p"; continue ;;
+  esac
   [ -f "$f" ] || { echo "E: Unable to locate package $p" >&2; exit 100; }
   old="$(cat "$D/$p" 2>/dev/null || true)"
   if [ "$v" = "$a" ]; then
@@ -73,6 +82,10 @@ if [ "$cmd" = purge ]; then
   done
   exit 0
 fi
+for p in $gone; do
+  rm -f "$D/$p" "$S/$p"
+  case "$p" in nvidia-headless-*) rm -f "$R"/lib/modules/*/updates/dkms/nvidia.ko ;; esac  # dkms remove
+done
 for pv in $todo; do
   p="${pv%%=*}"; [ "$(cat "$D/$p" 2>/dev/null)" = "${pv#*=}" ] && continue
   printf "%s" "${pv#*=}" > "$D/$p"; echo iU > "$S/$p"
@@ -96,7 +109,9 @@ case "$action" in
 *) echo "dpkg: fake: unsupported $*" >&2; exit 2 ;;
 esac"""
 
-# One package: "ii  <version>" (iU/iF when unpacked but not configured); a pattern: "<status>  <package>" each.
+# The two formats the steps use, -f='${db:Status-Abbrev} ${Version}\n' and -f='${db:Status-Abbrev} ${Package}\n':
+# "ii  <version>" or "ii  <package>" (iU/iF when unpacked but not configured); a pattern: "<status>  <package>" each,
+# as the steps only ask a pattern for names.
 DPKG_QUERY = r"""p="$3"
 # A held package's selection is "h" (hi), as dpkg-query reports it (the real one: test_real_apt.py).
 st_of() { st="$(cat "$S/$1" 2>/dev/null || echo ii)"; grep -qxF "$1" "$R/var/lib/fake-holds" 2>/dev/null && st="h${st#?}"; echo "$st"; }
@@ -104,7 +119,7 @@ case "$p" in *"*"*)
   for f in "$D"/$p; do [ -f "$f" ] && printf "%s  %s\n" "$(st_of "${f##*/}")" "${f##*/}"; done; exit 0 ;;
 esac
 [ -f "$D/$p" ] || { echo "dpkg-query: no packages found matching $p" >&2; exit 1; }
-printf "%s  %s\n" "$(st_of "$p")" "$(cat "$D/$p")"
+case "$2" in *'${Package}'*) printf "%s  %s\n" "$(st_of "$p")" "$p" ;; *) printf "%s  %s\n" "$(st_of "$p")" "$(cat "$D/$p")" ;; esac
 """
 
 APT_MARK = r"""h="$R/var/lib/fake-holds"; touch "$h"
