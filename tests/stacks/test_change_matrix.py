@@ -5,8 +5,8 @@ a drain only where a step drains and refuse what has no supported path.
 
 The generated part builds, for each field, the smallest two specs that differ in it alone (the field's model
 reached from ``ClusterSpec`` along its first path, a list item named where its model has a name) and diffs them
-the way the CLI's diff does (``plan.report.render_diff`` of the two plan documents' ``specs``). Running each change
-in the fake world is not part of this file."""
+the way the CLI's diff does (``plan.report.render_diff`` of the two plan documents' ``specs``). Running changes in the
+fake world is test_change_matrix_world.py's (the fields that reach the guests' steps, so far)."""
 
 from __future__ import annotations
 
