@@ -203,8 +203,10 @@ def test_a_script_change_re_runs_exactly_its_steps_and_says_so(monkeypatch: pyte
         agent_bundle.materialize.cache_clear()
     changes = diff(BEFORE, after)
     workers = ("mig-1", "mig-2", "ts-1")
-    # Each guest's agent copy gets the new bundle, each join runs it; no other step, no VM, nothing on the hosts.
-    assert names(changes, "update") == {f"cluster-{w}-bootstrap-{s}" for w in workers for s in ("agent", "join")}
+    # Each guest's agent copy gets the new bundle, each join runs it, and verify after it (it uncordons what the
+    # join may cordon: --after); no other step, no VM, nothing on the hosts.
+    steps = ("agent", "join", "verify")
+    assert names(changes, "update") == {f"cluster-{w}-bootstrap-{s}" for w in workers for s in steps}
     assert not [c for c in changes if c.action != "update"]
     s = summary(changes, 1, cluster_prefix(after))
     assert s["agentSteps"] == {f"join {old_fp}→{new_fp}": [f"{w}-bootstrap-join" for w in workers]}

@@ -156,8 +156,10 @@ def test_a_first_provisioning_in_operator_mode_is_drained_before_the_restart(tmp
 
 
 def test_the_restart_steps_bound_knows_the_rollout_defaults() -> None:
-    """mig_restart.sh bounds a guest run with the slot wait and the drain, which the guest's arguments carry only
-    when they differ from the defaults (render/guest_scripts.rollout_args)."""
-    script = (Path(__file__).parents[3] / "components/scripts/mig_restart.sh").read_text()
+    """mig_restart.sh and vm_restart.sh bound a guest run with the slot wait and the drain (host_qm.sh,
+    qm_hold_seconds), which the guest's arguments carry only when they differ from the defaults
+    (render/guest_scripts.rollout_args)."""
+    script = (Path(__file__).parents[3] / "components/scripts/host_qm.sh").read_text()
     defaults = RolloutSpec()
-    assert f"slot_wait={defaults.wait_seconds} drain_timeout={defaults.drain_timeout_seconds}" in script
+    assert f"qm_guest_arg --rollout-wait-seconds {defaults.wait_seconds} " in script
+    assert f"qm_guest_arg --rollout-drain-timeout {defaults.drain_timeout_seconds} " in script
