@@ -128,14 +128,9 @@ def test_a_drain_a_budget_blocks_changes_nothing_on_the_machine(real_cluster: Re
     assert cordoned(rc, node) and held(rc, slots) == {SLOT0: node} and rc.pods(ns) == ["train-0"]
 
 
-def test_a_mig_geometry_change_drains_first_and_uncordons_after_success(
-    real_cluster: RealCluster, tmp_path: Path
-) -> None:
-    rc = real_cluster
-    node, ns, slots = world(rc, ("train-0", {}))
-    rc.run("label", "node", node, "nvidia.com/mig.config=all-1g.5gb", "nvidia.com/mig.config.state=success")
-    guest = guest_of(rc, tmp_path / "g", node)
-    b = GuestBootstrapSpec.model_validate(
+def a100(rc: RealCluster, node: str, slots: str) -> GuestBootstrapSpec:
+    """An A100 worker's bootstrap spec, joined through the real API server, its slots in ``slots``."""
+    return GuestBootstrapSpec.model_validate(
         {
             "nodeName": node, "gpus": [{"vendorDevice": "10de:20f1", "product": "NVIDIA-A100-PCIE-40GB"}],
             "driverMode": "host", "driverBranch": "580", "kernelModules": "open", "toolkit": True,
@@ -143,6 +138,16 @@ def test_a_mig_geometry_change_drains_first_and_uncordons_after_success(
             "rollout": {"drainTimeoutSeconds": 30, "namespace": slots},
         }
     )  # fmt: skip
+
+
+def test_a_mig_geometry_change_drains_first_and_uncordons_after_success(
+    real_cluster: RealCluster, tmp_path: Path
+) -> None:
+    rc = real_cluster
+    node, ns, slots = world(rc, ("train-0", {}))
+    rc.run("label", "node", node, "nvidia.com/mig.config=all-1g.5gb", "nvidia.com/mig.config.state=success")
+    guest = guest_of(rc, tmp_path / "g", node)
+    b = a100(rc, node, slots)
     begin = guest.run_bundle("mig", *mig_args(b, "begin", "all-3g.20gb", 60, "gpu-operator"))
     assert begin.returncode == 0, begin.stderr
     assert cordoned(rc, node) and rc.pods(ns) == [] and held(rc, slots) == {SLOT0: node}
@@ -176,14 +181,7 @@ def test_the_mig_end_step_waits_through_a_failure_of_a_mig_manager_without_the_g
     rc.namespace(operator)
     rc.run("label", "node", node, "nvidia.com/mig.config=all-1g.5gb", "nvidia.com/mig.config.state=success")
     guest = guest_of(rc, tmp_path / "g", node)
-    b = GuestBootstrapSpec.model_validate(
-        {
-            "nodeName": node, "gpus": [{"vendorDevice": "10de:20f1", "product": "NVIDIA-A100-PCIE-40GB"}],
-            "driverMode": "host", "driverBranch": "580", "kernelModules": "open", "toolkit": True,
-            "apiEndpoint": rc.server, "kubernetesMinor": 34,
-            "rollout": {"drainTimeoutSeconds": 30, "namespace": slots},
-        }
-    )  # fmt: skip
+    b = a100(rc, node, slots)
     wanted, old_map, new_map = "custom-0badc0de", "mig-parted-config-00000001", "mig-parted-config-00000002"
     assert guest.run_bundle("mig", *mig_args(b, "begin", wanted, 60, operator)).returncode == 0
     rc.apply(mig_manager_pod(operator, "mig-manager-old", node, old_map))
