@@ -153,6 +153,8 @@ class GuestBootstrap(pulumi.ComponentResource):
             depends_on=caller_dependencies(opts),
         )
 
+        made: dict[str, str] = {}  # role -> its command line, for verify's --after
+
         def step(
             role: str,
             args: list[str],
@@ -162,11 +164,12 @@ class GuestBootstrap(pulumi.ComponentResource):
             delete: str | None = None,
             secret: bool = False,
         ) -> command.remote.Command:
+            made[role] = step_command(user, role, args)
             return command.remote.Command(
                 f"{name}-{role}",
                 command.remote.CommandArgs(
                     connection=connection,
-                    create=step_command(user, role, args),
+                    create=made[role],
                     delete=delete,
                     stdin=stdin,
                     # kubeadm prints no secret, but nothing of a secret-fed step is logged or stored in clear.
@@ -205,8 +208,7 @@ class GuestBootstrap(pulumi.ComponentResource):
             )
             last = step("join", join_args(bootstrap), last, pulumi.Output.secret(stdin), secret=True)
         # Verify uncordons what the driver, join and VM-restart steps cordoned: it runs again whenever they do.
-        cordoning = [step_command(user, "driver", driver_args(bootstrap))]
-        cordoning += [step_command(user, "join", join_args(bootstrap))] if kubeadm else []
+        cordoning = [made[role] for role in ("driver", "join") if role in made]
         cordoning += [args.vm_restart.hardware] if args.vm_restart is not None else []
         verify = step("verify", verify_args(bootstrap, after=after_key(*cordoning)), last, None)
         self.node_name = pulumi.Output.from_input(bootstrap.node_name)
