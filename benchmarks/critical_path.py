@@ -33,6 +33,7 @@ SECONDS = {
     "precompiled-modules": 10,  # the signed module package for the running kernel
     "bootstrap-driver-wait": 5,  # no reboot on a first install: cloud-init blacklisted nouveau, modprobe loads it
     "bootstrap-runtime": 60,  # containerd and the NVIDIA Container Toolkit installed and configured
+    "bootstrap-join-token": 2,  # one POST to the API server where pulumi up runs
     "bootstrap-join": 90,  # kubeadm, kubelet and kubectl installed; kubeadm join; the kubelet registers
     "bootstrap-verify": 20,  # nvidia-smi, the runtime and the Node checked
     "mig-begin": 10,  # the MIG rollout's slot (a new node: nothing to drain)

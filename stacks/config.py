@@ -50,7 +50,11 @@ SSH_PRIVATE_KEY = SecretKey(
     "SSH private key for Proxmox nodes and guest VMs (or the ssh-agent: proxmox.sshAgent true)",
 )
 KUBECONFIG = SecretKey("kubeconfig", "kubeconfig", "kubeconfig of the target cluster")
-JOIN_TOKEN = SecretKey("kubeadmJoinToken", "join_token", "kubeadm bootstrap token (joinMethod kubeadm)")
+JOIN_TOKEN = SecretKey(
+    "kubeadmJoinToken",
+    "join_token",
+    "kubeadm bootstrap token (joinMethod kubeadm); optional: without it each join mints its own, valid for an hour",
+)
 CA_CERT_HASH = SecretKey(
     "kubeadmCaCertHash", "ca_cert_hash", "kubeadm discovery CA cert hash, sha256:... (joinMethod kubeadm)"
 )
@@ -152,7 +156,7 @@ def load(namespace: str | None = None) -> tuple[ClusterSpec, Secrets]:
         kubeconfig=cfg.require_secret(KUBECONFIG.key),
         proxmox_api_token=secret(PROXMOX_API_TOKEN, token_mode),
         proxmox_password=secret(PROXMOX_PASSWORD, not token_mode),
-        join_token=secret(JOIN_TOKEN, kubeadm),
+        join_token=secret(JOIN_TOKEN, False),
         ca_cert_hash=secret(CA_CERT_HASH, kubeadm),
         vgpu_registry_password=secret(VGPU_REGISTRY_PASSWORD, spec.kubevirt.vgpu_manager is not None),
     )

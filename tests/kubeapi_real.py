@@ -243,6 +243,7 @@ def start(root: Path) -> Iterator[RealCluster]:
              "--client-ca-file", str(root / "ca.crt"),
              # What kubeadm's kube-apiserver manifest sets (cmd/kubeadm/app/phases/controlplane/manifests.go).
              "--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
+             "--enable-bootstrap-token-auth",
              "--service-account-key-file", str(root / "sa.pub"),
              "--service-account-signing-key-file", str(root / "sa.key"),
              "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",

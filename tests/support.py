@@ -245,10 +245,11 @@ def plan_stack(
     devices: dict[str, list[dict[str, Any]]] | None = None,
     recording: Recording | None = None,
     stack: str = "test",
+    secrets: dict[str, str] | None = None,
 ) -> Recording:
-    """Run the stack program (build, then export) for ``raw`` with the canary secrets under mocks, as ``stack``.
-    ``get_pci`` answers from ``devices`` (node -> device list) where given, else like the spec's hosts."""
-    config, keys = stack_config(raw)
+    """Run the stack program (build, then export) for ``raw`` with the canary secrets (or ``secrets``) under mocks,
+    as ``stack``. ``get_pci`` answers from ``devices`` (node -> device list) where given, else like the spec's hosts."""
+    config, keys = stack_config(raw, secrets)
     mocks = RecordingMocks(invokes=pci_invokes(load_spec(raw), devices))
     return run(
         lambda: export(GpuCluster("cluster", stack_args(*load()))),

@@ -88,7 +88,7 @@ def _always_required() -> set[str]:
         raw["proxmox"]["sshAgent"] = agent
         raw["kubernetes"]["joinMethod"] = join
         needed.append({s.key for s in required_secrets(load_spec(raw))})
-    covered = {"vgpuRegistryPassword", "proxmoxPassword", "kubeadmJoinToken", "sshPrivateKey"}
+    covered = {"vgpuRegistryPassword", "proxmoxPassword", "kubeadmCaCertHash", "sshPrivateKey"}
     assert covered <= set.union(*needed)  # combos covered
     return set.intersection(*needed)
 

@@ -113,8 +113,7 @@ def program() -> None:
     """The floor program: the cluster from config, secrets as secret Outputs, the project's stack outputs."""
     cfg = pulumi.Config("proxmox-gpu-cluster")
     spec = cfg.require_object("cluster")
-    keys = ("sshPrivateKey", "kubeconfig", "proxmoxApiToken", "kubeadmJoinToken", "kubeadmCaCertHash")
-    cluster = Cluster("cluster", spec, {k: cfg.require_secret(k) for k in keys})
+    cluster = Cluster("cluster", spec, {k: cfg.require_secret(k) for k in SECRET_KEYS})
     pulumi.export("workers", cluster.workers)
     pulumi.export("driverVersions", cluster.driver_versions)
     pulumi.export("iommuChecks", {n["name"]: "plan" for n in spec["proxmox"]["nodes"]})
@@ -123,7 +122,8 @@ def program() -> None:
     pulumi.export("capacity", {w["name"]: {"proxmoxNode": w["node"]} for w in spec["workers"]})
 
 
-SECRET_KEYS = ("sshPrivateKey", "kubeconfig", "proxmoxApiToken", "kubeadmJoinToken", "kubeadmCaCertHash")
+# No join token: each join mints its own (a local command with the kubeconfig on stdin), as the program does.
+SECRET_KEYS = ("sshPrivateKey", "kubeconfig", "proxmoxApiToken", "kubeadmCaCertHash")
 
 
 def floor_config(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

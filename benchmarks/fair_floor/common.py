@@ -166,3 +166,51 @@ DCGM_METRICS = "# Managed by hand (gpuOperator.monitoring.metrics)\n# DCGM field
         "DEV_PCIE_REPLAY_COUNTER",
     )
 )
+
+MINT_SCRIPT = (
+    "import secrets, string, sys, datetime as d\n"
+    "pick = lambda n: ''.join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(n))\n"
+    "print(f'token={pick(6)}.{pick(16)}')\n"
+    "print('expiration=' + (d.datetime.now(d.timezone.utc) + d.timedelta(seconds=int(sys.argv[1]))).isoformat())\n"
+)
+
+
+def join_token(
+    part: Any,
+    cmd: pulumi.ProviderResource,
+    kube: pulumi.ProviderResource,
+    runtime: pulumi.Resource,
+    replace: list[pulumi.Resource],
+) -> tuple[pulumi.Output[str], pulumi.Resource]:
+    """A join's token, made right before it (a short stdlib script on stdin), stored as its Secret through the
+    cluster's Kubernetes provider; the token and the Secret, which the join waits for."""
+    mint = command.local.Command(
+        f"{part.prefix}-join-token",
+        command.local.CommandArgs(
+            create="python3 - 3600",
+            stdin=MINT_SCRIPT,
+            logging=command.local.Logging.NONE,
+            add_previous_output_in_env=False,
+        ),
+        opts=pulumi.ResourceOptions(
+            parent=part,
+            provider=cmd,
+            depends_on=[runtime],
+            replace_with=replace,
+            additional_secret_outputs=["stdout", "stderr"],
+        ),
+    )
+    fields = mint.stdout.apply(lambda o: dict(line.split("=", 1) for line in (o or "").splitlines() if "=" in line))
+    token = fields.apply(lambda f: f.get("token", ""))
+    token_id = pulumi.Output.unsecret(token.apply(lambda t: t.split(".")[0]))
+    stored = k8s.core.v1.Secret(
+        f"{part.prefix}-join-token-secret",
+        k8s.core.v1.SecretInitArgs(
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=token_id.apply(lambda i: f"bootstrap-token-{i}"),
+                                                namespace="kube-system"),
+            type="bootstrap.kubernetes.io/token",
+            string_data=pulumi.Output.secret(fields),
+        ),
+        opts=pulumi.ResourceOptions(parent=part, provider=kube, depends_on=[mint]),
+    )  # fmt: skip
+    return token, stored

@@ -19,6 +19,7 @@ from .common import (
     Base,
     Part,
     expect,
+    join_token,
     sharing,
     short,
     ssh,
@@ -90,10 +91,9 @@ class GuestParts(Base):
             opts=pulumi.ResourceOptions(parent=part, provider=self.cmd, depends_on=[driver], replace_with=replace),
         )
         runtime = run("runtime", "--toolkit 1 --toolkit-version 1.18.2-1 --default-runtime 1 --cdi 0", wait)
-        join_stdin = stdin_of(
-            JOIN_TOKEN=self.secrets["kubeadmJoinToken"], CA_CERT_HASH=self.secrets["kubeadmCaCertHash"]
-        )
-        join = run("join", f"--node-name {w['name']} --api-endpoint {self.api} --minor 34", runtime, join_stdin, True)
+        token, stored = join_token(part, self.cmd, self.kube, runtime, replace)
+        join_stdin = stdin_of(JOIN_TOKEN=token, CA_CERT_HASH=self.secrets["kubeadmCaCertHash"])
+        join = run("join", f"--node-name {w['name']} --api-endpoint {self.api} --minor 34", stored, join_stdin, True)
         verify = run(
             "verify", f"--gpu 10de:2236=NVIDIA --nvidia-smi 1 --driver 580 --containerd-nvidia 1 {rollout}", join
         )

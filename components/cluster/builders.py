@@ -39,6 +39,7 @@ def build_guests(
     secrets: Secrets,
     provider: command.Provider,
     *,
+    kubernetes_provider: pulumi.ProviderResource,
     opts: pulumi.ResourceOptions,
 ) -> dict[str, GuestBootstrap]:
     """One bootstrap chain per worker VM, connecting to the VM's address; workers never wait for each other."""
@@ -54,6 +55,7 @@ def build_guests(
                 host=vm.ip_address,
                 user=worker.ssh_user,
                 ssh_private_key=secrets.ssh_private_key,
+                # None (no kubeadmJoinToken): each join gets its own token (GuestBootstrap's join-token step).
                 join_token=secrets.join_token,
                 ca_cert_hash=secrets.ca_cert_hash,
                 replace_with=(vm.vm,),
@@ -65,7 +67,8 @@ def build_guests(
                     after=(layer.host_agents[worker.node],),
                 ),
             ),
-            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(provider=provider)),
+            # The Kubernetes one stores a minted join token's Secret.
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[provider, kubernetes_provider])),
         )
     return bootstraps
 

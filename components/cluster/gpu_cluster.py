@@ -185,7 +185,15 @@ class GpuCluster(pulumi.ComponentResource):
             f"{name}-node-access", NodeStepAccessArgs(slot_namespace=spec.kubernetes.drain.slot_namespace), on_k8s
         )
         guests = pulumi.ResourceOptions(parent=self, depends_on=[self.node_access])
-        self.bootstraps = build_guests(name, spec, layer, secrets, self.providers.command, opts=guests)
+        self.bootstraps = build_guests(
+            name,
+            spec,
+            layer,
+            secrets,
+            self.providers.command,
+            kubernetes_provider=self.providers.kubernetes,
+            opts=guests,
+        )
         op = spec.gpu_operator
         gpu_stack: list[pulumi.Resource] = []
         labels = None

@@ -84,7 +84,6 @@ def needed_secrets(spec: ClusterSpec) -> dict[str, str]:
         ("kubeconfig", True, "the kubeconfig of the target cluster"),
         ("proxmox_api_token", token, "the Proxmox API token (proxmox.authMode token)"),
         ("proxmox_password", not token, "the password of proxmox.username (proxmox.authMode password)"),
-        ("join_token", kubeadm, "the kubeadm bootstrap token (kubernetes.joinMethod kubeadm)"),
         ("ca_cert_hash", kubeadm, "the kubeadm discovery CA cert hash (kubernetes.joinMethod kubeadm)"),
         ("vgpu_registry_password", spec.kubevirt.vgpu_manager is not None,
          "the vGPU Manager registry's password (kubevirt.vgpuManager)"),

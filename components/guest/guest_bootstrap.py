@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pulumi_command as command
+import pulumi_kubernetes as kubernetes
 from pydantic import Field, model_validator
 
 from proxmox_gpu_cluster.args import ComponentArgs, Input
@@ -25,7 +26,8 @@ from proxmox_gpu_cluster.render.guest_scripts import (
     runtime_args,
     verify_args,
 )
-from proxmox_gpu_cluster.render.host_scripts import REBOOT_SCHEDULED, vm_restart_args
+from proxmox_gpu_cluster.render.host_scripts import REBOOT_SCHEDULED, script, vm_restart_args
+from proxmox_gpu_cluster.render.join_token import NAMESPACE, SECRET_TYPE, mint_command, minted
 from proxmox_gpu_cluster.ssh import connection as ssh_connection
 from proxmox_gpu_cluster.ssh import reboot_wait_args
 
@@ -70,7 +72,10 @@ class GuestBootstrapArgs(ComponentArgs):
         "carries a key."
     )
     join_token: Input[str] | None = Field(
-        default=None, description="kubeadm bootstrap token (join method kubeadm); kept secret whatever is passed."
+        default=None,
+        description="kubeadm bootstrap token (join method kubeadm); kept secret whatever is passed. None: each join "
+        "gets its own, made right before it and valid for an hour, stored as a Secret through the Kubernetes "
+        "provider in ``opts.providers`` (``render/join_token.py``).",
     )
     ca_cert_hash: Input[str] | None = Field(
         default=None, description="kubeadm discovery CA cert hash (join method kubeadm); kept secret."
@@ -89,12 +94,8 @@ class GuestBootstrapArgs(ComponentArgs):
 
     @model_validator(mode="after")
     def _join_secrets(self) -> GuestBootstrapArgs:
-        if self.bootstrap.join_method == "kubeadm":
-            missing = [f for f in ("join_token", "ca_cert_hash") if getattr(self, f) is None]
-            if missing:
-                raise SpecViolations(
-                    Problem(f, "join method kubeadm (bootstrap.join_method) needs it") for f in missing
-                )
+        if self.bootstrap.join_method == "kubeadm" and self.ca_cert_hash is None:
+            raise SpecViolations([Problem("ca_cert_hash", "join method kubeadm (bootstrap.join_method) needs it")])
         return self
 
 
@@ -108,7 +109,9 @@ class GuestBootstrap(pulumi.ComponentResource):
        ``driver-wait`` (where ``pulumi up`` runs) waits for the guest to reboot if, and only if, the driver
        step scheduled a reboot.
     3. ``runtime``: containerd (systemd cgroups) and, with the host driver, the NVIDIA Container Toolkit.
-    4. ``join``: ``kubeadm join`` (join method kubeadm only); the token and CA hash travel on stdin.
+    4. ``join``: ``kubeadm join`` (join method kubeadm only); the token and CA hash travel on stdin. Without
+       ``join_token``: first ``join-token`` (where ``pulumi up`` runs) makes a token valid for an hour and
+       ``join-token-secret`` stores it as a Secret through the Kubernetes provider.
     5. ``verify``: exactly the expected GPUs on the PCI bus and in ``nvidia-smi``, the nvidia runtime in
        containerd. Whatever needs the node (labels, the operator) should depend on this component.
 
@@ -135,7 +138,9 @@ class GuestBootstrap(pulumi.ComponentResource):
     applied again to a new machine (its node labels) can name it in ``replace_with``."""
 
     def __init__(self, name: str, args: GuestBootstrapArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        """``opts``: the command provider in ``opts.provider`` (every step inherits it); ``opts.depends_on`` reaches
+        """``opts``: the command provider in ``opts.provider`` or ``opts.providers`` (every step inherits it), and,
+        without ``join_token``, the cluster's Kubernetes provider in ``opts.providers`` (else Pulumi's default one
+        stores the join's token); ``opts.depends_on`` reaches
         the agent copy, and so every step: with a rollout (``bootstrap.rollout``) the steps act as the node itself,
         with kubelet's credential on the machine, so pass the cluster's ``NodeStepAccess`` (its RBAC) there."""
         require_cli()  # before anything registers
@@ -203,7 +208,12 @@ class GuestBootstrap(pulumi.ComponentResource):
         )
         last: pulumi.Resource = step("runtime", runtime_args(bootstrap), wait, None)
         if kubeadm:
-            stdin = pulumi.Output.all(args.join_token, args.ca_cert_hash).apply(
+            token: pulumi.Input[str]
+            if args.join_token is None:
+                token, last = self._mint(name, bootstrap.node_name, last, replace_with)
+            else:
+                token = args.join_token
+            stdin = pulumi.Output.all(token, args.ca_cert_hash).apply(
                 lambda values: secrets_stdin({JOIN_TOKEN_VAR: values[0], CA_CERT_HASH_VAR: values[1]})
             )
             last = step("join", join_args(bootstrap), last, pulumi.Output.secret(stdin), secret=True)
@@ -225,6 +235,45 @@ class GuestBootstrap(pulumi.ComponentResource):
                 "driverVersion": self.driver_version,
             }
         )
+
+    def _mint(
+        self, name: str, node: str, after: pulumi.Resource, replace_with: Sequence[pulumi.Resource]
+    ) -> tuple[pulumi.Output[str], pulumi.Resource]:
+        """The join's own token: the ``join-token`` step makes it right before the join, once (it runs again only
+        when replaced: with the VM, or by ``pulumi up --replace``; an update would run ``create`` again and a
+        preview keeps the last output, pulumi-command v1.0.1 provider/pkg/provider/local/commandController.go), and
+        the ``join-token-secret`` Secret, through the Kubernetes provider, makes the API server accept it. Returns the
+        token and the Secret, which the join waits for."""
+        mint = command.local.Command(
+            f"{name}-join-token",
+            command.local.CommandArgs(
+                create=mint_command(),
+                stdin=script("join_token.py"),
+                logging=command.local.Logging.NONE,
+                # Else a re-run's environment would carry the last token (PULUMI_COMMAND_STDOUT; commandOutputs.go).
+                add_previous_output_in_env=False,
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[after],
+                replace_with=list(replace_with),
+                additional_secret_outputs=["stdout", "stderr"],
+            ),
+        )
+        made = mint.stdout.apply(minted)
+        # The id is the token's public half (`kubeadm token list` shows it): the Secret's name need not be secret.
+        secret_name = pulumi.Output.unsecret(made.apply(lambda m: m.secret_name if m else ""))
+        stored = kubernetes.core.v1.Secret(
+            f"{name}-join-token-secret",
+            kubernetes.core.v1.SecretInitArgs(
+                metadata=kubernetes.meta.v1.ObjectMetaArgs(name=secret_name, namespace=NAMESPACE),
+                type=SECRET_TYPE,
+                string_data=pulumi.Output.secret(made.apply(lambda m: m.string_data(node) if m else {})),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[mint]),
+        )
+        token: pulumi.Output[str] = made.apply(lambda m: m.token if m else "")
+        return token, stored
 
     def _vm_restart(self, name: str, args: GuestBootstrapArgs, r: VmRestartArgs) -> command.remote.Command:
         b = args.bootstrap

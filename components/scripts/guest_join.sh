@@ -226,12 +226,13 @@ EOF
   local out rc=0
   out="$(kubeadm join --config "$JOIN_CONFIG" 2>&1)" || rc=$?
   if ((rc)) && grep -q 'could not find a JWS signature in the cluster-info ConfigMap' <<<"$out"; then
-    # The API server signs cluster-info for each bootstrap token it holds, and deletes a token when it expires
-    # (kubeadm cmd/kubeadm/app/discovery/token/token.go; kubeadm's tokens live 24 h unless --ttl says otherwise):
-    # a join days after the token was made finds no signature. The token itself is never printed.
-    fail "kubeadm join" "a bootstrap token the API server holds" "none with the kubeadmJoinToken secret's id (expired? \
-kubeadm tokens live 24 h by default): on a control-plane node run 'kubeadm token create --ttl 2h', set the \
-kubeadmJoinToken secret to what it prints and run pulumi up again"
+    # The controller manager signs cluster-info for each bootstrap token (bootstrapsigner) and deletes a token
+    # when it expires (kubeadm cmd/kubeadm/app/discovery/token/token.go): a join long after its token was made
+    # finds no signature. The token itself is never printed.
+    fail "kubeadm join" "a bootstrap token the API server holds" "none with this token's id (expired: a token the \
+join-token step minted lives 1 h, so replace that step with 'pulumi up --replace <URN of ${node_name}'s *-join-token \
+step>' (pulumi stack --show-urns); a kubeadmJoinToken secret lives 24 h unless made with another --ttl: run \
+'kubeadm token create --ttl 2h' on a control-plane node, set the secret to what it prints and run pulumi up again)"
   fi
   ((rc == 0)) || fail_output "$out" "kubeadm join" "exit 0" "$rc"
   printf '%s\n' "$out"

@@ -98,8 +98,7 @@ def test_the_secrets_a_spec_needs_are_checked_with_the_stack_files_rule() -> Non
     with pytest.raises(InvalidComponentArgs) as err:
         GpuClusterArgs(spec=spec, secrets=Secrets(ssh_private_key=None, kubeconfig=pulumi.Output.secret("k")))
     assert [line.split(":")[0] for line in err.value.lines] == [
-        "GpuClusterArgs.secrets.ca_cert_hash", "GpuClusterArgs.secrets.join_token",
-        "GpuClusterArgs.secrets.proxmox_api_token", "GpuClusterArgs.secrets.ssh_private_key",
+        "GpuClusterArgs.secrets.ca_cert_hash", "GpuClusterArgs.secrets.proxmox_api_token", "GpuClusterArgs.secrets.ssh_private_key",
     ]  # fmt: skip
 
 

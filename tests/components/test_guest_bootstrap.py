@@ -18,7 +18,6 @@ import pytest
 from proxmox_gpu_cluster.core.errors import SpecError
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec, bootstrap_spec, hardware_key
 from proxmox_gpu_cluster.core.spec import load_spec
-from proxmox_gpu_cluster.errors import InvalidComponentArgs
 from proxmox_gpu_cluster.guest.guest_bootstrap import GuestBootstrap, GuestBootstrapArgs
 from proxmox_gpu_cluster.render.agent_bundle import secrets_stdin, step_command
 from proxmox_gpu_cluster.render.guest_scripts import after_key, driver_args, rollout_args, verify_args
@@ -320,15 +319,6 @@ def test_a_standalone_host_purges_its_driver_only_when_asked(purge: bool) -> Non
     assert ("delete" in driver.inputs) is purge
     if purge:
         assert driver.plain_inputs["delete"].endswith(" --purge")
-
-
-def test_kubeadm_without_join_secrets_names_both() -> None:
-    with pytest.raises(InvalidComponentArgs) as err:
-        GuestBootstrapArgs(bootstrap=STANDALONE, host="h", user="root", ssh_private_key="k")
-    assert err.value.lines == [
-        "GuestBootstrapArgs.ca_cert_hash: join method kubeadm (bootstrap.join_method) needs it",
-        "GuestBootstrapArgs.join_token: join method kubeadm (bootstrap.join_method) needs it",
-    ]
 
 
 def test_each_workers_driver_build_is_an_output() -> None:

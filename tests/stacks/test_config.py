@@ -48,11 +48,12 @@ def test_invalid_spec_is_a_run_error_before_any_resource() -> None:
 
 
 def test_missing_secrets_are_listed_together() -> None:
-    secrets = {k: v for k, v in SECRETS.items() if k not in ("sshPrivateKey", "kubeadmJoinToken")}
+    # kubeadmJoinToken is optional (without it each join mints its own token).
+    secrets = {k: v for k, v in SECRETS.items() if k not in ("sshPrivateKey", "kubeadmJoinToken", "kubeadmCaCertHash")}
     config, keys = stack_config(base_spec(), secrets)
     with pytest.raises(InvalidStackConfig) as info:
         run(program, config=config, secret_keys=keys)
-    assert [line.split(":")[1] for line in info.value.lines] == ["sshPrivateKey", "kubeadmJoinToken"]
+    assert [line.split(":")[1] for line in info.value.lines] == ["sshPrivateKey", "kubeadmCaCertHash"]
     assert "pulumi config set --secret proxmox-gpu-cluster:sshPrivateKey" in info.value.lines[0]
 
 

@@ -27,9 +27,10 @@ def depth(workers: int) -> tuple[int, list[str]]:
 def test_first_up_depth_is_the_same_for_4_and_50_workers() -> None:
     four, chain = depth(4)
     fifty, _ = depth(50)
-    assert four == fifty == 20
+    assert four == fifty == 22
     # the node agent's copy to the host, host prep, the worker's own mapping and VM, its large-BAR step, the agent's copy to
-    # the guest, its VM-restart step (a no-op on a first up: nothing pending), the bootstrap, its MIG drain step (a no-op on
+    # the guest, its VM-restart step (a no-op on a first up: nothing pending), the bootstrap (with its join-token step and Secret
+    # before the join), its MIG drain step (a no-op on
     # a first up), its labels, the operator, then a MIG worker's VM restart step (issue 24 part 3: a no-op on a first
     # up unless a MIG mode stays pending) and its MIG end step, which wait for the release: it brings a new custom
     # geometry's ConfigMap to mig-manager (in time the capacity gate, one step, takes longer: benchmarks/critical_path.py).
@@ -44,7 +45,7 @@ def test_the_plan_text_prints_it(tmp_path: Path) -> None:
     document = {"config": {"proxmox-gpu-cluster:cluster": make_spec(2)}}
     recording, capacity = plan("t", document, ROOT / "__main__.py", placeholder_secrets=True)
     text = render_text("t", recording, capacity)
-    assert "Critical path of a first pulumi up (20 steps, one after the other):" in text
+    assert "Critical path of a first pulumi up (22 steps, one after the other):" in text
 
 
 def only_a10_workers(count: int) -> dict[str, Any]:
@@ -65,7 +66,8 @@ def test_first_up_depth_is_the_same_for_1_and_50_workers_of_one_shape() -> None:
         )
         assert len([r for r in recording.resources if r.type.endswith("VmLegacy")]) == count
         depths.append(len(critical_path(recording)))
-    assert depths == [17, 17]  # with the node agent's copies to the host and to the guest, and the VM-restart step
+    # With the node agent's copies to the host and to the guest, the VM-restart step and the join-token step.
+    assert depths == [19, 19]
 
 
 def test_the_plan_names_every_reboot_point() -> None:

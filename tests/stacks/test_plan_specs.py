@@ -39,8 +39,9 @@ def test_placeholders_for_unset_secrets_only_where_asked_and_only_what_the_spec_
     spec = load_spec(base_spec())  # token auth, kubeadm join, an SSH key
     document = {"config": {f"{NS}:kubeconfig": {"secure": "v1:abc"}, f"{NS}:cluster": base_spec()}}
     config, secret_keys, assumed = stack_config(document, NS, [PlannedCluster(NS, spec)], placeholder_secrets=True)
-    expected = {f"{NS}:{k}" for k in ("proxmoxApiToken", "sshPrivateKey", "kubeadmJoinToken", "kubeadmCaCertHash")}
-    assert set(assumed) == expected  # not the kubeconfig (set), not the password or vGPU one (not needed)
+    expected = {f"{NS}:{k}" for k in ("proxmoxApiToken", "sshPrivateKey", "kubeadmCaCertHash")}
+    # Not the kubeconfig (set), not the password or vGPU one (not needed), not the optional join token.
+    assert set(assumed) == expected
     assert set(secret_keys) == expected | {f"{NS}:kubeconfig"}
     assert all(config[k].startswith("plan-placeholder-") for k in secret_keys)
 
@@ -51,8 +52,7 @@ def test_a_missing_secret_fails_the_plan_as_preview_would(capsys: pytest.Capture
     lines = err.strip().splitlines()
     assert lines and all(line.startswith(f"{NS}:") and "required secret is not set" in line for line in lines)
     # dev: the ssh-agent, so no key; kubeadm joins
-    assert {line.split(":")[1] for line in lines} == {"proxmoxApiToken", "kubeconfig", "kubeadmJoinToken",
-                                                      "kubeadmCaCertHash"}  # fmt: skip
+    assert {line.split(":")[1] for line in lines} == {"proxmoxApiToken", "kubeconfig", "kubeadmCaCertHash"}
     assert "Traceback" not in err
 
 
@@ -63,7 +63,7 @@ def test_only_the_unset_ones_are_reported(tmp_path: Path, capsys: pytest.Capture
     path.write_text(yaml.safe_dump(document))
     assert main(["x", "--config", str(path)]) == 2
     missing = [line.split(":")[1] for line in capsys.readouterr().err.strip().splitlines()]
-    assert missing == ["proxmoxApiToken", "kubeadmJoinToken", "kubeadmCaCertHash"]
+    assert missing == ["proxmoxApiToken", "kubeadmCaCertHash"]
 
 
 def test_placeholder_secrets_plan_and_say_which(capsys: pytest.CaptureFixture[str]) -> None:

@@ -116,9 +116,11 @@ def test_an_expired_join_token_says_so_and_how_to_get_a_new_one(guest: FakeGuest
     r = guest.step("join", *join_args(spec()), secrets=SECRETS)
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1] == (
-        "join: kubeadm join: expected a bootstrap token the API server holds, saw none with the kubeadmJoinToken "
-        "secret's id (expired? kubeadm tokens live 24 h by default): on a control-plane node run 'kubeadm token "
-        "create --ttl 2h', set the kubeadmJoinToken secret to what it prints and run pulumi up again"
+        "join: kubeadm join: expected a bootstrap token the API server holds, saw none with this token's id (expired: "
+        "a token the join-token step minted lives 1 h, so replace that step with 'pulumi up --replace <URN of "
+        f"{spec().node_name}'s *-join-token step>' (pulumi stack --show-urns); a kubeadmJoinToken secret lives 24 h "
+        "unless made with another --ttl: run 'kubeadm token create --ttl 2h' on a control-plane node, set the secret "
+        "to what it prints and run pulumi up again)"
     )
     assert SECRETS["PGC_JOIN_TOKEN"].split(".")[1] not in r.stdout + r.stderr  # never the token's secret half
     (guest.root / "fake-kubeadm-token-expired").unlink()
