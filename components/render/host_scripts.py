@@ -84,21 +84,25 @@ def verify_args(node: ProxmoxNode) -> list[str]:
     return args
 
 
+def _vm_step_args(vmid: int, node_name: str, timeout: int) -> list[str]:
+    """The arguments the three VM steps share (host_qm.sh ``qm_step_arg``), before each one's own."""
+    return ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout)]
+
+
 def retire_args(
     vmid: int, node_name: str, timeout: int, guest_step: str, guest_args: list[str], *, check: bool
 ) -> list[str]:
     """Arguments of retire_vm.sh: which VM, the node it joined as, the drain timeout, the guest's installed drain
     step (``agent_bundle.installed_step``), then that step's arguments. ``check``: only prove that the guest agent
     answers and the drain step is installed (the create step)."""
-    args = ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout), "--guest-step", guest_step]
+    args = [*_vm_step_args(vmid, node_name, timeout), "--guest-step", guest_step]
     return [*args, "--check", "1" if check else "0", "--", *guest_args]
 
 
 def mig_restart_args(vmid: int, node_name: str, timeout: int, guest_step: str, guest_args: list[str]) -> list[str]:
     """Arguments of mig_restart.sh: which VM, its node name, how long the guest agent may take to answer after the
     restart, the guest's installed MIG step, then that step's arguments (``--phase restart``)."""
-    args = ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout), "--guest-step", guest_step]
-    return [*args, "--", *guest_args]
+    return [*_vm_step_args(vmid, node_name, timeout), "--guest-step", guest_step, "--", *guest_args]
 
 
 def vm_restart_args(
@@ -106,7 +110,7 @@ def vm_restart_args(
 ) -> list[str]:
     """Arguments of vm_restart.sh: which VM, its node name, how long the guest agent may take to answer after the
     restart, the hardware key, the guest's installed hold step, then that step's arguments."""
-    args = ["--vmid", str(vmid), "--node-name", node_name, "--timeout", str(timeout), "--hardware", hardware]
+    args = [*_vm_step_args(vmid, node_name, timeout), "--hardware", hardware]
     return [*args, "--guest-step", guest_step, "--", *guest_args]
 
 

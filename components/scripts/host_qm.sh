@@ -5,6 +5,29 @@
 # src/PVE/CLI/qm.pm, method exec). Perl's JSON::PP reads it: Proxmox VE is written in Perl, so every node has both.
 set -euo pipefail
 
+# qm_step_arg <flag> <value>: the arguments every VM step shares (--vmid, --node-name, --timeout, --guest-step),
+# into vmid, node_name, timeout and guest_step; returns 1 for any other flag (the step's own, or an unknown one).
+qm_step_arg() {
+  case "$1" in
+  --vmid) vmid="$2" ;;
+  --node-name) node_name="$2" ;;
+  --timeout) timeout="$2" ;;
+  --guest-step) guest_step="$2" ;;
+  *) return 1 ;;
+  esac
+}
+
+# qm_step_checks <the guest's step, as its message names it> <the qm command that needs root>: the shared
+# arguments' shapes (a script must not trust its arguments) and root; fails naming the first that is wrong.
+qm_step_checks() {
+  [[ "$vmid" =~ ^[0-9]{3,9}$ ]] || fail "--vmid" "a VM id" "'$vmid'"
+  [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
+  [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
+  [[ "$guest_step" =~ ^/[A-Za-z0-9._/-]+/step\.sh$ && "$guest_step" != *..* ]] ||
+    fail "--guest-step" "the absolute path of the guest's installed $1" "'$guest_step'"
+  [[ "$(id -u)" == 0 ]] || fail "user" "root ($2 is root-only)" "$(id -un)"
+}
+
 # qm_json_object <text>: whether the text is one JSON object.
 qm_json_object() {
   perl -MJSON::PP -e 'exit(ref(eval { decode_json(do { local $/; <STDIN> }) }) eq "HASH" ? 0 : 1)' <<<"$1"

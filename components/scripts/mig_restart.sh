@@ -26,16 +26,15 @@ STEP="mig-restart"
 vmid="" node_name="" timeout="" guest_step="" guest_args=() run_for=0
 while (($#)); do
   case "$1" in
-  --vmid) vmid="$2" ;;
-  --node-name) node_name="$2" ;;
-  --timeout) timeout="$2" ;;
-  --guest-step) guest_step="$2" ;;
   --)
     shift
     guest_args=("$@")
     break
     ;;
-  *) fail arguments "--vmid, --node-name, --timeout, --guest-step, then -- and the guest's arguments" "$1" ;;
+  *)
+    qm_step_arg "$1" "${2-}" ||
+      fail arguments "--vmid, --node-name, --timeout, --guest-step, then -- and the guest's arguments" "$1"
+    ;;
   esac
   shift 2
 done
@@ -60,12 +59,7 @@ guest_says() {
 }
 
 main() {
-  [[ "$vmid" =~ ^[0-9]{3,9}$ ]] || fail "--vmid" "a VM id" "'$vmid'"
-  [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
-  [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
-  [[ "$guest_step" =~ ^/[A-Za-z0-9._/-]+/step\.sh$ && "$guest_step" != *..* ]] ||
-    fail "--guest-step" "the absolute path of the guest's installed MIG step" "'$guest_step'"
-  [[ "$(id -u)" == 0 ]] || fail "user" "root (qm is root-only)" "$(id -un)"
+  qm_step_checks "MIG step" "qm"
   # qm's stderr, read after each call; removed however the step ends (a failure exits from inside guest_says).
   QM_ERR_FILE="$(mktemp)"
   trap 'rm -f "$QM_ERR_FILE"' EXIT

@@ -21,19 +21,17 @@ set -euo pipefail
 vmid="" node_name="" timeout="" guest_step="" check=0 guest_args=()
 while (($#)); do
   case "$1" in
-  --vmid) vmid="$2" ;;
-  --node-name) node_name="$2" ;;
-  --timeout) timeout="$2" ;;
   --check) check="$2" ;;
-  --guest-step) guest_step="$2" ;;
   --)
     shift
     guest_args=("$@")
     break
     ;;
   *)
-    echo "retire: arguments: unknown argument $1" >&2
-    exit 1
+    if ! qm_step_arg "$1" "${2-}"; then
+      echo "retire: arguments: unknown argument $1" >&2
+      exit 1
+    fi
     ;;
   esac
   shift 2
@@ -102,12 +100,7 @@ json_field() {
 
 main() {
   [[ "$check" == [01] ]] || fail "--check" "0 or 1" "'$check'"
-  [[ "$vmid" =~ ^[0-9]{3,9}$ ]] || fail "--vmid" "a VM id" "'$vmid'"
-  [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
-  [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
-  [[ "$guest_step" =~ ^/[A-Za-z0-9._/-]+/step\.sh$ && "$guest_step" != *..* ]] ||
-    fail "--guest-step" "the absolute path of the guest's installed drain step" "'$guest_step'"
-  [[ "$(id -u)" == 0 ]] || fail "user" "root (qm guest exec is root-only)" "$(id -un)"
+  qm_step_checks "drain step" "qm guest exec"
   local code pid out err run_for=$((timeout + 180))
   ERR_FILE="$(mktemp)"
   trap 'rm -f "$ERR_FILE"' EXIT

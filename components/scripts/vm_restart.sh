@@ -24,17 +24,16 @@ STEP="vm-restart"
 vmid="" node_name="" timeout="" hardware="" guest_step="" guest_args=()
 while (($#)); do
   case "$1" in
-  --vmid) vmid="$2" ;;
-  --node-name) node_name="$2" ;;
-  --timeout) timeout="$2" ;;
   --hardware) hardware="$2" ;;
-  --guest-step) guest_step="$2" ;;
   --)
     shift
     guest_args=("$@")
     break
     ;;
-  *) fail arguments "--vmid, --node-name, --timeout, --hardware, --guest-step, -- and the guest's arguments" "$1" ;;
+  *)
+    qm_step_arg "$1" "${2-}" ||
+      fail arguments "--vmid, --node-name, --timeout, --hardware, --guest-step, -- and the guest's arguments" "$1"
+    ;;
   esac
   shift 2
 done
@@ -47,13 +46,8 @@ pending_keys() {
 }
 
 main() {
-  [[ "$vmid" =~ ^[0-9]{3,9}$ ]] || fail "--vmid" "a VM id" "'$vmid'"
-  [[ "$node_name" =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || fail "--node-name" "a DNS label" "'$node_name'"
-  [[ "$timeout" =~ ^[0-9]{1,5}$ ]] || fail "--timeout" "seconds" "'$timeout'"
+  qm_step_checks "hold step" "qm"
   [[ "$hardware" =~ ^[0-9a-f]{8,64}$ ]] || fail "--hardware" "a hex key" "'$hardware'"
-  [[ "$guest_step" =~ ^/[A-Za-z0-9._/-]+/step\.sh$ && "$guest_step" != *..* ]] ||
-    fail "--guest-step" "the absolute path of the guest's installed hold step" "'$guest_step'"
-  [[ "$(id -u)" == 0 ]] || fail "user" "root (qm is root-only)" "$(id -un)"
   QM_ERR_FILE="$(mktemp)"
   trap 'rm -f "$QM_ERR_FILE"' EXIT
   # One run of the hold step: the slot and the drain (qm_hold_seconds), and 60 s for the rest.

@@ -14,7 +14,7 @@ import pytest
 from proxmox_gpu_cluster.core.guest_spec import GuestBootstrapSpec
 from proxmox_gpu_cluster.render.agent_bundle import installed_step
 from proxmox_gpu_cluster.render.guest_scripts import hold_args, verify_args
-from proxmox_gpu_cluster.render.host_scripts import mig_restart_args, vm_restart_args
+from proxmox_gpu_cluster.render.host_scripts import mig_restart_args, retire_args, vm_restart_args
 from tests.components.scripts.fakeguest import FakeGuest
 from tests.components.scripts.fakekube import SLOT_NAMESPACE, FakeCluster, Pod, kubelet_conf
 from tests.components.scripts.fakemig import install_vm, restarts, shutdowns
@@ -157,3 +157,38 @@ def test_a_malformed_rollout_wait_in_the_guests_arguments_fails_before_any_qm_co
         f"{step}: guest arguments: expected --rollout-wait-seconds and --rollout-drain-timeout SECONDS, saw 'soon' '60'"
     )
     assert not [c for c in r.calls if c.startswith("qm ")]
+
+
+SHARED_BAD = {
+    "--vmid": ("12", "--vmid: expected a VM id, saw '12'"),
+    "--node-name": ("Gpu_1", "--node-name: expected a DNS label, saw 'Gpu_1'"),
+    "--timeout": ("PATH[$(touch x)]", "--timeout: expected seconds, saw 'PATH[$(touch x)]'"),
+    "--guest-step": ("/home/u/../step.sh", "--guest-step: expected the absolute path of the guest's installed {what}, "
+                     "saw '/home/u/../step.sh'"),
+}  # fmt: skip
+WHAT = {"vm-restart": "hold step", "mig-restart": "MIG step", "retire": "drain step"}
+
+
+@pytest.mark.parametrize("flag", SHARED_BAD)
+@pytest.mark.parametrize("step", WHAT)
+def test_the_three_vm_steps_refuse_a_malformed_shared_argument_alike_before_any_qm_command(
+    tmp_path: Path, step: str, flag: str
+) -> None:
+    # One parser and one set of checks (host_qm.sh qm_step_arg, qm_step_checks) for every step that reaches a guest
+    # through qm; a script must not trust its arguments.
+    host, _, _ = vm(tmp_path)
+    guest_step = installed_step("ubuntu", "hold")
+    if step == "vm-restart":
+        args = vm_restart_args(VMID, NODE, 30, hardware=HARDWARE, guest_step=guest_step, guest_args=hold_args(spec(16)))
+    elif step == "mig-restart":
+        args = mig_restart_args(VMID, NODE, 30, guest_step, ["--timeout", "60"])
+    else:
+        args = retire_args(VMID, NODE, 30, guest_step, ["--node-name", NODE], check=True)
+    bad, line = SHARED_BAD[flag]
+    args[args.index(flag) + 1] = bad
+    r = host.run_bundle(step, *args)
+    assert r.returncode == 1
+    prefix = "retire" if step == "retire" else step
+    assert r.stderr.strip().splitlines()[-1] == f"{prefix}: " + line.format(what=WHAT[step])
+    assert not [c for c in r.calls if c.startswith("qm ")]
+    assert not (host.root / "x").exists()
