@@ -14,7 +14,9 @@ cmd/kubeadm/app/phases/bootstraptoken/node/token.go): ``kube-system/bootstrap-to
 ``bootstrap.kubernetes.io/token``, usable for authentication and for signing ``kube-public/cluster-info`` (kubeadm's
 token discovery checks that signature), in kubeadm's default node group, which ``kubeadm init`` binds to what a join
 needs (creating and auto-approving the kubelet's CSR, reading cluster-info, kubeadm-config and Nodes). The API server
-refuses the token after ``expiration`` and the controller manager's token cleaner deletes the Secret.
+refuses the token after ``expiration`` and the controller manager's token cleaner deletes the Secret. Removing the
+worker (or replacing its VM) deletes the Secret too; one the cleaner already deleted counts as deleted
+(pulumi-kubernetes v4.32.0 provider/pkg/await/await.go, ``Deletion``: NotFound is success).
 """
 
 from __future__ import annotations
