@@ -145,6 +145,11 @@ def _rotate_token(config: dict[str, Any]) -> None:
     config[JOIN_TOKEN] = {"secure": CIPHERTEXTS[1]}
 
 
+def _drop_token(config: dict[str, Any]) -> None:
+    # Each worker then gets its own token, made right before its join (GuestBootstrap's join-token step).
+    config.pop(JOIN_TOKEN)
+
+
 SCENARIOS = {
     s.name: s
     for s in (
@@ -159,6 +164,7 @@ SCENARIOS = {
         Scenario("monitoring-alerts", _monitoring),
         Scenario("smoke-test-image", _smoke_image),
         Scenario("rotate-join-token", _rotate_token, base=_old_token),
+        Scenario("minted-join-tokens", _drop_token, base=_old_token),
         Scenario("renumber-host", _renumber_host),
         Scenario("kubernetes-minor-upgrade", _kubernetes_minor),
     )
