@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from pathlib import Path
@@ -175,6 +176,10 @@ MINT_SCRIPT = (
 )
 
 
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
 def join_token(
     part: Any,
     cmd: pulumi.ProviderResource,
@@ -209,7 +214,7 @@ def join_token(
             metadata=k8s.meta.v1.ObjectMetaArgs(name=token_id.apply(lambda i: f"bootstrap-token-{i}"),
                                                 namespace="kube-system"),
             type="bootstrap.kubernetes.io/token",
-            string_data=pulumi.Output.secret(fields),
+            data=pulumi.Output.secret(fields.apply(lambda f: {k: b64(v) for k, v in f.items()})),
         ),
         opts=pulumi.ResourceOptions(parent=part, provider=kube, depends_on=[mint]),
     )  # fmt: skip

@@ -268,7 +268,7 @@ class GuestBootstrap(pulumi.ComponentResource):
             kubernetes.core.v1.SecretInitArgs(
                 metadata=kubernetes.meta.v1.ObjectMetaArgs(name=secret_name, namespace=NAMESPACE),
                 type=SECRET_TYPE,
-                string_data=pulumi.Output.secret(made.apply(lambda m: m.string_data(node) if m else {})),
+                data=pulumi.Output.secret(made.apply(lambda m: m.data(node) if m else {})),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[mint]),
         )

@@ -21,6 +21,7 @@ worker (or replacing its VM) deletes the Secret too; one the cleaner already del
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 
@@ -50,8 +51,13 @@ class MintedToken:
     def secret_name(self) -> str:
         return f"bootstrap-token-{self.token_id}"
 
-    def string_data(self, node: str) -> dict[str, str]:
-        """The Secret's ``stringData``, ``node`` named in its description."""
+    def data(self, node: str) -> dict[str, str]:
+        """The Secret's ``data`` (base64 values), ``node`` named in its description. ``data``, not ``stringData``,
+        which server-side apply does not track well (kubernetes/website#42603; pulumi-kubernetes#2507)."""
+        return {key: base64.b64encode(value.encode()).decode() for key, value in self.fields(node).items()}
+
+    def fields(self, node: str) -> dict[str, str]:
+        """The Secret's keys and their values, as ``kubeadm token create`` writes them."""
         return {
             "description": f"proxmox-gpu-cluster: the join of node {node}",
             "token-id": self.token_id,

@@ -58,7 +58,8 @@ def test_anything_else_is_no_token() -> None:
 def test_the_secret_is_what_kubeadm_token_create_writes() -> None:
     made = MintedToken("abcdef", "0123456789abcdef", "2026-11-28T16:00:00Z")
     assert made.token == "abcdef.0123456789abcdef" and made.secret_name == "bootstrap-token-abcdef"
-    data = made.string_data("gpu-1")
+    data = made.fields("gpu-1")
+    assert made.data("gpu-1") == {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
     assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
     assert (data["usage-bootstrap-authentication"], data["usage-bootstrap-signing"]) == ("true", "true")
     assert (data["token-id"], data["token-secret"], data["expiration"]) == ("abcdef", "0123456789abcdef",
@@ -99,8 +100,8 @@ def test_without_a_token_the_join_waits_for_its_own_token_and_its_secret() -> No
     assert set(step.additional_secret_outputs) >= {"stdout", "stderr"}
     assert stored.plain_inputs["metadata"] == {"name": made.secret_name, "namespace": "kube-system"}
     assert stored.plain_inputs["type"] == "bootstrap.kubernetes.io/token"
-    assert is_secret(stored.inputs["stringData"]) and made.token_secret not in json.dumps(redact(stored.inputs))
-    assert stored.plain_inputs["stringData"] == made.string_data("bare-metal-1")
+    assert is_secret(stored.inputs["data"]) and made.token_secret not in json.dumps(redact(stored.inputs))
+    assert stored.plain_inputs["data"] == made.data("bare-metal-1") and "stringData" not in stored.inputs
     name, value = join.plain_inputs["stdin"].splitlines()[0].split("=", 1)
     assert (name, base64.b64decode(value).decode()) == ("PGC_JOIN_TOKEN", made.token)
     assert is_secret(join.inputs["stdin"])
