@@ -170,7 +170,13 @@ def stale_failure(kube: Kube, node: str, namespace: str, config_map: str) -> str
     mounted, created = mounted_config(pod), pod["metadata"].get("creationTimestamp") or ""
     if mounted != config_map:
         return f"mig-manager on {node} reads ConfigMap {mounted or 'none'}, not {config_map} yet"
-    written = state_written(kube.json("get", "node", node, "--show-managed-fields") or {})
+    # The state and its time from one read: the caller's "failed" came from an earlier one, and mig-manager may
+    # have written "pending" since (its time then would pass for the failure's).
+    current = kube.json("get", "node", node, "--show-managed-fields") or {}
+    now = metadata(current, "labels").get(STATE) or "none"
+    if now != "failed":
+        return f"the state moved on to {now}"
+    written = state_written(current)
     if not written or written <= created:
         # A run of the new pod that fails before its "pending" leaves "failed" as it was: no new stamp, so it
         # fails when the wait ends, with this line.

@@ -136,3 +136,32 @@ def test_a_failure_with_no_mig_manager_reading_the_config_map_fails_when_the_wai
         f"{m.operator}?)"
     )
     assert sum(polls) == 15 and m.w.cordoned("gpu-a")
+
+
+class OneNodeRead:
+    """A Kube stand-in for ``stale_failure``: the new mig-manager pod, and the node as the second read finds it."""
+
+    def __init__(self, node: dict[str, Any]) -> None:
+        self.node = node
+
+    def json(self, *args: str) -> dict[str, Any]:
+        if args[:2] == ("get", "pods"):
+            pod = mig_manager_pod("gpu-operator", "mig-manager-new", "gpu-a", NEW_MAP)
+            pod["metadata"]["creationTimestamp"] = "2026-11-28T11:00:00Z"
+            return {"items": [pod]}
+        return self.node
+
+
+def test_a_failed_read_before_mig_manager_moved_on_is_not_taken_for_its_answer() -> None:
+    # The caller read "failed" (the old pod's); by the time the node is read again with its managedFields,
+    # mig-manager's new pod has written "pending": that entry's time is after the pod's creation, but it stamps
+    # "pending", not the failure. Caught once in CI as a false failure of the end step.
+    def node(state: str) -> dict[str, Any]:
+        return {"metadata": {"labels": {"nvidia.com/mig.config.state": state}, "managedFields": [
+            {"manager": "nvidia-mig-manager", "time": "2026-11-28T11:00:02Z",
+             "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/mig.config.state": {}}}}}]}}  # fmt: skip
+
+    kube: Any = OneNodeRead(node("pending"))
+    assert mig_manager.stale_failure(kube, "gpu-a", "gpu-operator", NEW_MAP) == "the state moved on to pending"
+    kube = OneNodeRead(node("failed"))  # the new pod's own failure, after its creation: the answer
+    assert mig_manager.stale_failure(kube, "gpu-a", "gpu-operator", NEW_MAP) == ""
