@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from proxmox_gpu_cluster.render.host_scripts import script
-from proxmox_gpu_cluster.render.join_token import mint_command, minted
-from tests.components.test_join_token import standalone
+from proxmox_gpu_cluster.render.join_token import minted
+from tests.components.test_join_token import mint, standalone
 from tests.kubeapi_real import RealCluster, real_cluster
 
 __all__ = ["real_cluster"]  # the fixture, imported for pytest
@@ -24,10 +22,7 @@ pytestmark = pytest.mark.slow  # one real API server per process: about 10 s to 
 
 def declared_secret(ttl: int) -> tuple[str, dict[str, Any]]:
     """The token the step printed (run for real, ``ttl`` seconds) and the Secret GuestBootstrap declares from it."""
-    out = subprocess.run(
-        ["/bin/sh", "-c", mint_command(ttl).replace("python3", sys.executable, 1)],
-        input=script("join_token.py"), capture_output=True, text=True, timeout=60, check=True,
-    ).stdout  # fmt: skip
+    out = mint(ttl).stdout
     made = minted(out)
     assert made is not None, out
     inputs = standalone(None, out).named("bm1-join-token-secret").plain_inputs
